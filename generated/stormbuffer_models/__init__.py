@@ -1,0 +1,1 @@
+"""Pydantic models generated from schema/ (do not edit)."""
