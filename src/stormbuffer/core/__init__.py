@@ -1,0 +1,1 @@
+"""The core: canonical records, stores, the repository and its policies."""

@@ -1,0 +1,50 @@
+"""Crash-safe file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_path_for(path: Path, attempt: int = 0) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns() + attempt}{TEMP_SUFFIX}")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers see the old or the new bytes, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        temp = temp_path_for(path, attempt)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        break
+    else:  # pragma: no cover - a thousand collisions means something else is wrong
+        raise OSError("could not create a temporary file")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def remove_durably(path: Path) -> None:
+    path.unlink()
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,79 @@
+"""Errors raised by the core.
+
+Messages are user-facing and sanitized: they name a record file by its file name only and never
+contain a store's absolute path, a record body or a secret. The protocol layer maps the classes
+to version-1 error codes; the CLI prints the message.
+"""
+
+from __future__ import annotations
+
+
+class StormbufferError(Exception):
+    """Base class for every expected failure."""
+
+
+class InvalidInput(StormbufferError):
+    """A caller supplied a value the operation cannot accept."""
+
+
+class RecordError(StormbufferError):
+    """A canonical record (a file, an archive entry or an editor buffer) is invalid."""
+
+    def __init__(self, context: str, detail: str) -> None:
+        super().__init__(f"invalid record {context}: {detail}")
+        self.context = context
+        self.detail = detail
+
+
+class StoreError(StormbufferError):
+    """The store itself cannot be used (configuration, layout, environment)."""
+
+
+class NotInitialized(StoreError):
+    def __init__(self) -> None:
+        super().__init__("store is not initialized")
+
+
+class RepositoryError(StormbufferError):
+    """A repository operation was refused."""
+
+
+class NotFound(RepositoryError):
+    def __init__(self, record_id: str) -> None:
+        super().__init__(f"record {record_id} was not found")
+
+
+class ScopeDenied(RepositoryError):
+    def __init__(self, record_id: str) -> None:
+        super().__init__(f"record {record_id} is outside the selected scope")
+
+
+class AccessDenied(RepositoryError):
+    def __init__(self, record_id: str) -> None:
+        super().__init__(f"record {record_id} is not available to this access class")
+
+
+class InvalidState(RepositoryError):
+    """The lifecycle does not permit the operation."""
+
+
+class Conflict(RepositoryError):
+    """Another writer holds the store, or the record changed meanwhile."""
+
+
+class MutationBusy(Conflict):
+    def __init__(self) -> None:
+        super().__init__("store mutation lock is busy; another sbuf process is changing this store")
+
+
+class StoreIntegrityError(RepositoryError):
+    """Duplicate ids, immutable ids, colliding destinations, broken journals."""
+
+
+class IndexUnavailable(StormbufferError):
+    """The disposable projection cannot be opened or written."""
+
+
+class IndexBusy(StormbufferError):
+    def __init__(self) -> None:
+        super().__init__("SQLite projection is busy; retry the operation")

@@ -1,0 +1,299 @@
+"""Where stores live, what `store.toml` says, and how a store is initialized.
+
+The global store lives under the platform data directory; a project store is the nearest
+ancestor `.sbuf/` directory. Views select stores: `global` (default), `project` (project plus the
+initialized global store) and `local` (project only, never the global store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from .atomic import write_atomic
+from .codec import toml_string
+from .errors import MutationBusy, NotInitialized, StoreError
+from .ids import is_canonical_uuid, new_record_id
+from .locks import LockBusy, exclusive_lock
+from .scopes import GLOBAL, project_scope
+
+STORE_FORMAT_VERSION = 1
+PRIVATE_GITIGNORE = "*\n!.gitignore\n"
+SHARED_GITIGNORE = (
+    "# Track only configuration, ignore rules, and canonical Markdown records.\n"
+    "*\n!.gitignore\n!store.toml\n!records/\n!records/**/\n!records/**/*.md\n"
+)
+
+
+class View(StrEnum):
+    GLOBAL = "global"
+    PROJECT = "project"
+    LOCAL = "local"
+
+    @property
+    def description(self) -> str:
+        return {
+            View.GLOBAL: "global",
+            View.PROJECT: "project with applicable global memory",
+            View.LOCAL: "strict local",
+        }[self]
+
+
+@dataclass(frozen=True)
+class PlatformDirs:
+    data: Path
+    cache: Path
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> PlatformDirs:
+        home = env.get("HOME") or env.get("USERPROFILE")
+        if not home:
+            raise StoreError("could not determine the user data directory; set HOME or the platform equivalent")
+        data = env.get("XDG_DATA_HOME") or str(Path(home, ".local", "share"))
+        cache = env.get("XDG_CACHE_HOME") or str(Path(home, ".cache"))
+        return cls(Path(data), Path(cache))
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """The files of one store. `kind` is "global" or "project"."""
+
+    kind: str
+    root: Path
+    cache_dir: Path  # shared by every store: models and the global projection
+
+    @property
+    def records(self) -> Path:
+        return self.root / "records"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "store.toml"
+
+    @property
+    def gitignore(self) -> Path:
+        return self.root / ".gitignore"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
+
+    @property
+    def mutation_lock(self) -> Path:
+        return self.locks / "mutation.lock"
+
+    @property
+    def journal(self) -> Path:
+        return self.locks / "supersede.toml"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.cache_dir / "models"
+
+    @property
+    def index_dir(self) -> Path:
+        if self.kind == "project":
+            return self.root
+        return _writable_or_fallback(self.cache_dir, self.root)
+
+    @property
+    def index_name(self) -> str:
+        return "index.sqlite3" if self.kind == "project" else "global.sqlite3"
+
+    @property
+    def index_path(self) -> Path:
+        return self.index_dir / self.index_name
+
+    @property
+    def projection_lock(self) -> Path:
+        return self.index_dir / "projection.lock"
+
+    def is_initialized(self) -> bool:
+        return self.config_file.is_file()
+
+
+def _writable_or_fallback(cache_dir: Path, root: Path) -> Path:
+    """The cache directory, or a private temp directory when the cache cannot be written."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        probe = cache_dir / f".write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+        return cache_dir
+    except PermissionError:
+        digest = hashlib.sha256(str(root).encode()).hexdigest()[:32]
+        fallback = Path(tempfile.gettempdir()) / f"stormbuffer-projection-{digest}"
+        fallback.mkdir(mode=0o700, exist_ok=True)
+        return fallback
+
+
+def find_project_root(cwd: Path) -> Path:
+    """The nearest ancestor-or-self `.sbuf` directory, else `<cwd>/.sbuf`."""
+    for directory in (cwd, *cwd.parents):
+        candidate = directory / ".sbuf"
+        if candidate.is_dir():
+            return candidate
+    return cwd / ".sbuf"
+
+
+def resolve_store(view: View, cwd: Path, dirs: PlatformDirs) -> StorePaths:
+    cache_dir = dirs.cache / "stormbuffer"
+    if view is View.GLOBAL:
+        return StorePaths("global", dirs.data / "stormbuffer", cache_dir)
+    if not cwd.is_dir():
+        raise StoreError("the current working directory is not available")
+    return StorePaths("project", find_project_root(cwd), cache_dir)
+
+
+def global_store(dirs: PlatformDirs) -> StorePaths:
+    return resolve_store(View.GLOBAL, Path("/"), dirs)
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    scope: str  # "global" or "project"
+    visibility: str  # "private" or "shared"
+    project_id: str | None = None
+    project_name: str | None = None
+
+    @property
+    def record_scope(self) -> str:
+        return GLOBAL if self.project_id is None else project_scope(self.project_id)
+
+    def render(self) -> str:
+        lines = [
+            f"format_version = {STORE_FORMAT_VERSION}",
+            f"scope = {toml_string(self.scope)}",
+            f"visibility = {toml_string(self.visibility)}",
+        ]
+        if self.project_id is not None and self.project_name is not None:
+            lines += [
+                f"project_id = {toml_string(self.project_id)}",
+                f"project_name = {toml_string(self.project_name)}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+_CONFIG_KEYS = ("format_version", "scope", "visibility", "project_id", "project_name")
+
+
+def parse_config(text: str, expected_scope: str) -> StoreConfig:
+    """Parse `store.toml` strictly; raise StoreError naming the problem."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise StoreError(f"store.toml is invalid: {exc}") from None
+    for key in table:
+        if key not in _CONFIG_KEYS:
+            raise StoreError(f"store.toml is invalid: unknown field `{key}`")
+    if table.get("format_version") != STORE_FORMAT_VERSION or isinstance(table.get("format_version"), bool):
+        raise StoreError("store.toml is invalid: format_version must be 1")
+    scope = table.get("scope")
+    if scope != expected_scope:
+        raise StoreError(f"store.toml is invalid: scope is `{scope}`, expected `{expected_scope}`")
+    visibility = table.get("visibility")
+    if visibility not in ("private", "shared"):
+        raise StoreError(f"store.toml is invalid: visibility must be `private` or `shared`, got `{visibility}`")
+    project_id, project_name = table.get("project_id"), table.get("project_name")
+    if scope == "global":
+        if project_id is not None or project_name is not None:
+            raise StoreError("store.toml is invalid: global stores must not contain project identity fields")
+        return StoreConfig(scope, visibility)
+    if not isinstance(project_id, str) or not is_canonical_uuid(project_id):
+        raise StoreError("store.toml is invalid: project stores require a valid project_id")
+    if not valid_project_name(project_name):
+        raise StoreError(
+            "store.toml is invalid: project stores require a non-empty project_name without control characters"
+        )
+    return StoreConfig(scope, visibility, project_id, project_name)
+
+
+def valid_project_name(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and bool(name.strip())
+        and len(name.encode()) <= 128
+        and not any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name)
+    )
+
+
+def read_config(paths: StorePaths) -> StoreConfig:
+    if not paths.is_initialized():
+        raise NotInitialized()
+    try:
+        text = paths.config_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"store.toml could not be read: {type(exc).__name__}") from None
+    return parse_config(text, "global" if paths.kind == "global" else "project")
+
+
+def record_scope(paths: StorePaths) -> str:
+    return read_config(paths).record_scope
+
+
+def default_scopes(view: View, paths: StorePaths) -> list[str]:
+    """The scopes a view may read by default (empty when the selected store is uninitialized)."""
+    own = [record_scope(paths)] if paths.is_initialized() else []
+    if view is View.PROJECT:
+        return own + [GLOBAL]
+    return own
+
+
+def retrieval_stores(view: View, selected: StorePaths, dirs: PlatformDirs) -> list[StorePaths]:
+    """The stores a read composes: the project view adds the global store when it is initialized."""
+    stores = [selected]
+    if view is View.PROJECT:
+        glob = global_store(dirs)
+        if glob.is_initialized():
+            stores.append(glob)
+    return stores
+
+
+def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
+    """Create the store if needed; return True when it was created. Idempotent."""
+    if shared and paths.kind == "global":
+        raise StoreError("shared stores require project scope")
+    if shared and paths.gitignore.is_file():
+        check_shared_ignore_rules(paths.gitignore.read_text(encoding="utf-8"))
+    paths.records.mkdir(parents=True, exist_ok=True)
+    try:
+        with exclusive_lock(paths.mutation_lock):
+            created = False
+            if not paths.config_file.exists():
+                config = StoreConfig("global", "private")
+                if paths.kind == "project":
+                    name = paths.root.parent.name or "project"
+                    config = StoreConfig("project", "shared" if shared else "private", new_record_id(), name)
+                write_atomic(paths.config_file, config.render().encode())
+                created = True
+            config = read_config(paths)
+            if shared and config.visibility != "shared":
+                raise StoreError("store is already private; explicit shared initialization requires a shared store")
+            if paths.kind == "project":
+                _ensure_gitignore(paths, config.visibility == "shared")
+            return created
+    except LockBusy:
+        raise MutationBusy() from None
+
+
+def _ensure_gitignore(paths: StorePaths, shared: bool) -> None:
+    if paths.gitignore.exists():
+        if shared:
+            check_shared_ignore_rules(paths.gitignore.read_text(encoding="utf-8"))
+        return
+    write_atomic(paths.gitignore, (SHARED_GITIGNORE if shared else PRIVATE_GITIGNORE).encode())
+
+
+def check_shared_ignore_rules(text: str) -> None:
+    def rules(content: str) -> list[str]:
+        stripped = (line.strip() for line in content.splitlines())
+        return [line for line in stripped if line and not line.startswith("#")]
+
+    if rules(text) != rules(SHARED_GITIGNORE):
+        raise StoreError("shared project ignore rules are incomplete")
