@@ -1,0 +1,1 @@
+"""The human `sbuf` command line."""

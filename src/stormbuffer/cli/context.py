@@ -1,0 +1,66 @@
+"""What every command needs: the selected view, the environment, colour, and error reporting."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from ..core.stores import PlatformDirs, StorePaths, View, resolve_store
+from .style import Style, colour_enabled
+
+
+class CommandFailed(click.ClickException):
+    """A failure already phrased for the user: printed as `error: <message>`, exit 1."""
+
+    exit_code = 1
+
+    def show(self, file: object = None) -> None:  # noqa: ARG002 - click's signature
+        report_error(self.message)
+
+
+@dataclass
+class Cli:
+    view: View = View.GLOBAL
+    colour: str = "auto"
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    machine_mode: bool = False
+
+    @property
+    def cwd(self) -> Path:
+        return Path.cwd()
+
+    def dirs(self) -> PlatformDirs:
+        return PlatformDirs.from_environ(self.env)
+
+    def store(self) -> StorePaths:
+        return resolve_store(self.view, self.cwd, self.dirs())
+
+    def out(self) -> Style:
+        return Style(colour_enabled(self.colour, sys.stdout.isatty(), "NO_COLOR" in self.env, self.machine_mode))
+
+    def err(self) -> Style:
+        return Style(colour_enabled(self.colour, sys.stderr.isatty(), "NO_COLOR" in self.env, self.machine_mode))
+
+    @property
+    def scope_flag(self) -> str:
+        """The flag that selects this view, as shown in follow-up commands (`--global`, `--project`, `--local`)."""
+        return f"--{self.view.value}"
+
+
+def current() -> Cli:
+    return click.get_current_context().ensure_object(Cli)
+
+
+def report_error(message: str) -> None:
+    style = current().err() if click.get_current_context(silent=True) else Style(False)
+    click.echo(f"{style.failure('error')}: {message}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    raise CommandFailed(message)
