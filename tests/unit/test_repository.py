@@ -127,7 +127,8 @@ def test_journal_recovery_refuses_an_authored_change(repo: Repository) -> None:
     repo.add(old)
     old_path = repo.paths.records / f"{old.id}.md"
     repo.paths.journal.write_text(
-        f'old_path = "records/{old.id}.md"\nnew_path = "records/x.md"\nold_before = [1]\nold_after = "a"\nnew_after = "b"\n'
+        f'old_path = "records/{old.id}.md"\nnew_path = "records/x.md"\n'
+        'old_before = [1]\nold_after = "a"\nnew_after = "b"\n'
     )
     with pytest.raises(Conflict):
         repo.archive(old.id)
