@@ -9,3 +9,16 @@ default:
 # Regenerate the Pydantic models in generated/stormbuffer_models/ from schema/v1/.
 gen:
     {{python}} scripts/gen_models.py
+
+# Lint: ruff (style and errors) and mypy (types).
+lint:
+    {{python}} -m ruff check src tests bench scripts
+    {{python}} -m ruff format --check src tests bench scripts
+    {{python}} -m mypy
+
+# Run the whole test suite.
+test *args:
+    {{python}} -m pytest {{args}}
+
+# Everything CI checks: lint, then the tests.
+check: lint test
