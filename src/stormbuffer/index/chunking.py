@@ -1,0 +1,373 @@
+"""Deterministic structural chunking of a record body, capped by the embedding model's token limit.
+
+Pass 1 cuts the body into sections. Lines come from ``body.split("\\n")`` with one trailing
+``"\\r"`` removed per line (a final newline adds no empty line). Headings (``#`` to ``######``
+followed by whitespace and text; a closing run of ``#`` after whitespace is dropped) end the current
+section and update the heading stack; heading lines belong to no section, and a section's heading
+is the stack's texts joined with ``" / "``. A blank line ends a section. A fence (a line starting
+with three backticks or three tildes after indentation) is one atomic section up to the line that
+starts with three of its fence character, or to the end of the body. A list item starts an atomic
+section that takes every following non-blank line until a blank line, heading or fence.
+
+Pass 2 turns sections into chunks of at most ``max_words`` whitespace-separated words. An atomic
+section is a chunk of its own. A larger plain section is cut into pieces of at most ``max_words``
+words. Small sections under the same heading path are merged, joined by a blank line, while the
+words plus one per separator stay within ``max_words``.
+
+Departures from the plain structural rules, on purpose:
+
+1. Token cap. Every chunk's embedding text (``title\\nheading\\ntext``, or ``title\\ntext`` without
+   a heading path) fits ``max_tokens`` according to the caller's ``count_tokens``. A chunk that
+   does not fit is split at line boundaries first (so code stays readable; a large atomic block
+   becomes consecutive pieces of whole lines), then at word boundaries for an over-long line, then
+   at character boundaries for one giant word (long identifiers, base64, minified JSON). Pieces
+   are verbatim slices of the chunk text, so nothing is lost or rewritten. When the title (or
+   title plus heading path) leaves fewer than ``MIN_TEXT_TOKENS`` tokens for text, it is shortened
+   inside the embedding text only.
+2. A body made only of headings yields one chunk holding the heading texts, so the record stays
+   searchable.
+3. A list starts only at a real list marker: ``-``, ``*``, ``+``, or digits followed by ``.`` or
+   ``)``, then a space or tab. "Dr. Smith" or "e.g. this" are plain text.
+4. A plain section over ``max_words`` words is cut at the last line boundary that keeps a piece
+   within the limit, so line breaks survive; only a single line over the limit is cut between
+   words (keeping the original spacing inside each piece).
+5. A closing fence line ends the fenced section; text right after it starts a new section.
+
+No chunk is empty or whitespace-only. ``word_count`` is the number of whitespace-separated words
+in the chunk text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+MAX_TOKENS = 256
+MAX_WORDS = 160
+MIN_TEXT_TOKENS = 32
+HEADING_SEPARATOR = " / "
+
+_HEADING = re.compile(r"(#{1,6})\s(.*)")
+_CLOSING_HASHES = re.compile(r"(?:^|\s)#+$")
+_LIST_MARKER = re.compile(r"(?:[-*+]|[0-9]+[.)])[ \t]")
+_WORD = re.compile(r"\S+")
+_LETTERS_OR_SYMBOL = re.compile(r"[A-Za-z]+|\S")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk: position in the record, heading path, verbatim text and the text to embed."""
+
+    ordinal: int
+    heading: str | None
+    text: str
+    embed_text: str
+    word_count: int
+
+
+def chunk_body(
+    title: str,
+    body: str,
+    *,
+    count_tokens: Callable[[str], int],
+    max_tokens: int = MAX_TOKENS,
+    max_words: int = MAX_WORDS,
+) -> list[Chunk]:
+    """Chunks of ``body`` in order, each with an embedding text of at most ``max_tokens`` tokens."""
+    if max_tokens < 1 or max_words < 1:
+        raise ValueError("max_tokens and max_words must be positive")
+    budget = _TokenBudget(count_tokens, max_tokens)
+    chunks: list[Chunk] = []
+    for heading, text in _word_chunks(_sections(body), max_words):
+        for piece, embed_text in _fit_chunk(title, heading, text, budget):
+            chunks.append(Chunk(len(chunks), heading, piece, embed_text, len(piece.split())))
+    return chunks
+
+
+def approximate_token_count(text: str) -> int:
+    """A conservative stand-in for the model tokenizer, for use only when it is unavailable.
+
+    Accents are stripped as BERT's uncased normaliser does (NFD, combining marks dropped); then
+    each run of ASCII letters counts one token per three letters (rounded up), and every other
+    non-whitespace character (digit, punctuation, symbol, CJK or other letter) counts one token;
+    two more account for [CLS] and [SEP]. For prose, code, JSON, paths, numbers, hashes and CJK
+    text this is at least what WordPiece produces (typically 1.2–1.4 times as much); strings of
+    random letters can exceed it.
+    """
+    decomposed = unicodedata.normalize("NFD", text)
+    stripped = "".join(ch for ch in decomposed if unicodedata.category(ch) != "Mn")
+    return 2 + sum(math.ceil(len(match) / 3) for match in _LETTERS_OR_SYMBOL.findall(stripped))
+
+
+# --- Pass 1: sections ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Section:
+    heading: str | None
+    text: str
+    atomic: bool
+
+
+class _SectionBuilder:
+    """Collects lines into sections while tracking the heading stack."""
+
+    def __init__(self) -> None:
+        self.sections: list[_Section] = []
+        self.heading_texts: list[str] = []
+        self._stack: list[tuple[int, str]] = []
+        self._lines: list[str] = []
+        self._atomic = False
+
+    @property
+    def atomic(self) -> bool:
+        return self._atomic
+
+    def flush(self) -> None:
+        if self._lines:
+            heading = HEADING_SEPARATOR.join(text for _, text in self._stack) or None
+            self.sections.append(_Section(heading, "\n".join(self._lines), self._atomic))
+        self._lines = []
+        self._atomic = False
+
+    def start(self, line: str, *, atomic: bool) -> None:
+        self.flush()
+        self._lines = [line]
+        self._atomic = atomic
+
+    def append(self, line: str) -> None:
+        self._lines.append(line)
+
+    def heading(self, level: int, text: str) -> None:
+        self.flush()
+        while self._stack and self._stack[-1][0] >= level:
+            self._stack.pop()
+        self._stack.append((level, text))
+        self.heading_texts.append(text)
+
+
+def _body_lines(body: str) -> list[str]:
+    lines = body.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _parse_heading(stripped: str) -> tuple[int, str] | None:
+    match = _HEADING.match(stripped)
+    if match is None:
+        return None
+    text = _CLOSING_HASHES.sub("", match.group(2).strip()).strip()
+    return (len(match.group(1)), text) if text else None
+
+
+def _sections(body: str) -> list[_Section]:
+    builder = _SectionBuilder()
+    fence_close: str | None = None
+    for line in _body_lines(body):
+        stripped = line.lstrip()
+        if fence_close is not None:
+            builder.append(line)
+            if stripped.startswith(fence_close):
+                fence_close = None
+                builder.flush()
+        elif stripped.startswith(("```", "~~~")):
+            fence_close = stripped[0] * 3
+            builder.start(line, atomic=True)
+        elif (heading := _parse_heading(stripped)) is not None:
+            builder.heading(*heading)
+        elif not stripped:
+            builder.flush()
+        elif not builder.atomic and _LIST_MARKER.match(stripped):
+            builder.start(line, atomic=True)
+        else:
+            builder.append(line)
+    builder.flush()
+    if not builder.sections and builder.heading_texts:
+        return [_Section(None, "\n".join(builder.heading_texts), atomic=False)]
+    return builder.sections
+
+
+# --- Pass 2: word-limited chunks ----------------------------------------------------------------
+
+
+def _word_chunks(sections: list[_Section], max_words: int) -> Iterator[tuple[str | None, str]]:
+    pending: list[str] = []
+    pending_heading: str | None = None
+    pending_words = 0
+    for section in sections:
+        words = len(section.text.split())
+        mergeable = not section.atomic and words <= max_words
+        if mergeable and pending and section.heading == pending_heading:
+            if pending_words + 1 + words <= max_words:
+                pending.append(section.text)
+                pending_words += 1 + words
+                continue
+        if pending:
+            yield pending_heading, "\n\n".join(pending)
+            pending = []
+        if mergeable:
+            pending, pending_heading, pending_words = [section.text], section.heading, words
+        elif section.atomic:
+            yield section.heading, section.text
+        else:
+            for piece in _split_by_words(section.text, max_words):
+                yield section.heading, piece
+    if pending:
+        yield pending_heading, "\n\n".join(pending)
+
+
+def _split_by_words(text: str, max_words: int) -> Iterator[str]:
+    """Pieces of at most ``max_words`` words, cut at line boundaries unless one line is too long."""
+    piece: list[str] = []
+    piece_words = 0
+    for line in text.split("\n"):
+        words = len(line.split())
+        if piece and piece_words + words > max_words:
+            yield "\n".join(piece)
+            piece, piece_words = [], 0
+        if words <= max_words:
+            piece.append(line)
+            piece_words += words
+            continue
+        spans = [match.span() for match in _WORD.finditer(line)]
+        tail_start = (len(spans) - 1) // max_words * max_words
+        for start in range(0, tail_start, max_words):
+            yield line[spans[start][0] : spans[start + max_words - 1][1]]
+        piece, piece_words = [line[spans[tail_start][0] : spans[-1][1]]], len(spans) - tail_start
+    if piece:
+        yield "\n".join(piece)
+
+
+# --- Token cap ----------------------------------------------------------------------------------
+
+
+class _TokenBudget:
+    """Memoised token counts against one limit."""
+
+    def __init__(self, count_tokens: Callable[[str], int], max_tokens: int) -> None:
+        self._count_tokens = count_tokens
+        self._counts: dict[str, int] = {}
+        self.max_tokens = max_tokens
+
+    def count(self, text: str) -> int:
+        if text not in self._counts:
+            self._counts[text] = self._count_tokens(text)
+        return self._counts[text]
+
+    def fits(self, text: str, limit: int | None = None) -> bool:
+        return self.count(text) <= (self.max_tokens if limit is None else limit)
+
+
+def _embed_prefix(title: str, heading: str | None) -> str:
+    return f"{title}\n{heading}\n" if heading else f"{title}\n"
+
+
+def _fit_chunk(title: str, heading: str | None, text: str, budget: _TokenBudget) -> list[tuple[str, str]]:
+    """``(text, embedding text)`` pairs covering ``text``, each embedding text within the budget."""
+    embed_text = _embed_prefix(title, heading) + text
+    if budget.fits(embed_text):
+        return [(text, embed_text)]
+    prefix = _fitted_prefix(title, heading, budget)
+    pieces = _split_to_fit(text, lambda piece: budget.fits(prefix + piece))
+    return [(piece, prefix + piece) for piece in pieces]
+
+
+def _fitted_prefix(title: str, heading: str | None, budget: _TokenBudget) -> str:
+    """The embedding prefix, shortened so that it leaves room for at least some text."""
+    limit = budget.max_tokens - min(MIN_TEXT_TOKENS, budget.max_tokens // 2)
+    title = _shortened(title, lambda text: budget.fits(text, limit))
+    if heading:
+        heading = _shortened(heading, lambda text: budget.fits(f"{title}\n{text}", limit))
+    return _embed_prefix(title, heading)
+
+
+def _shortened(text: str, fits: Callable[[str], bool]) -> str:
+    """``text`` itself when it fits, else a long prefix of it that fits, right-trimmed."""
+    if fits(text):
+        return text
+    return text[: _longest_fit(len(text), lambda size: fits(text[:size]))].rstrip()
+
+
+def _longest_fit(limit: int, fits: Callable[[int], bool], guess: int = 1) -> int:
+    """A size ``n <= limit`` with ``fits(n)`` and ``not fits(n + 1)``, or 0 when 1 does not fit.
+
+    Probes ``guess`` first, gallops away from it (steps 1, 2, 4, …) and then bisects, so the cost
+    grows with the distance between guess and answer, not with ``limit``. ``fits(0)`` is assumed.
+    """
+    if limit <= 0:
+        return 0
+    probe = min(max(guess, 1), limit)
+    step = 1
+    if fits(probe):
+        good, bad = probe, limit + 1  # bad = limit + 1 is never probed
+        while good + step < bad and fits(good + step):
+            good, step = good + step, step * 2
+        bad = min(bad, good + step)
+    else:
+        good, bad = 0, probe
+        while bad - step > good and not fits(bad - step):
+            bad, step = bad - step, step * 2
+        good = max(good, bad - step)
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def _split_to_fit(text: str, fits: Callable[[str], bool]) -> list[str]:
+    """Verbatim slices of ``text`` covering all its non-whitespace, each accepted by ``fits``.
+
+    Works on spans: non-blank lines at first; a span that does not fit on its own is replaced by
+    its words, and a single word by consecutive slices that fit. Each piece takes as many
+    consecutive spans as fit. Spans are kept in reverse order so that the next one is at the end.
+    """
+    spans: list[tuple[int, int]] = []
+    offset = 0
+    for line in text.split("\n"):
+        if line.strip():
+            spans.append((offset, offset + len(line.rstrip())))
+        offset += len(line) + 1
+    spans.reverse()
+    pieces: list[str] = []
+    guess = 1  # pieces tend to take as many spans as the previous one
+    while spans:
+        count = _longest_fit(len(spans), lambda n: fits(text[spans[-1][0] : spans[-n][1]]), guess)
+        if count == 0:
+            spans.extend(reversed(_refine(text, spans.pop(), fits)))
+            guess = 1
+            continue
+        pieces.append(text[spans[-1][0] : spans[-count][1]])
+        del spans[-count:]
+        guess = count
+    return pieces
+
+
+def _refine(text: str, span: tuple[int, int], fits: Callable[[str], bool]) -> list[tuple[int, int]]:
+    """Smaller spans covering the non-whitespace of a span that does not fit on its own.
+
+    A span of several words becomes its words; a single word becomes consecutive fitting slices.
+    """
+    start, end = span
+    words = [match.span() for match in _WORD.finditer(text, start, end)]
+    if words != [span]:
+        return words
+    slices: list[tuple[int, int]] = []
+    size = 1
+    while start < end:
+        size = _longest_fit(end - start, _prefix_fits(text, start, fits), size)
+        if size == 0:
+            raise ValueError("a single character does not fit within the token limit")
+        slices.append((start, start + size))
+        start += size
+    return slices
+
+
+def _prefix_fits(text: str, start: int, fits: Callable[[str], bool]) -> Callable[[int], bool]:
+    return lambda size: fits(text[start : start + size])
