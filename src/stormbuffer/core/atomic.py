@@ -13,8 +13,8 @@ def temp_path_for(path: Path, attempt: int = 0) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns() + attempt}{TEMP_SUFFIX}")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see the old or the new bytes, never a mix."""
+def write_temp(path: Path, data: bytes) -> Path:
+    """Write `data` to a new, fsynced temp file beside `path` and return the temp file's path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
         temp = temp_path_for(path, attempt)
@@ -30,6 +30,16 @@ def write_atomic(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers see the old or the new bytes, never a mix."""
+    temp = write_temp(path, data)
+    try:
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)

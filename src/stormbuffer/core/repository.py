@@ -1,19 +1,19 @@
 """The repository: every change to canonical records goes through here.
 
 Each mutation takes the store's non-blocking mutation lock (busy → MutationBusy at once), rolls
-an interrupted supersession forward, scans and validates every record file, then writes with
+an interrupted supersession or import forward, scans and validates every record file, then writes with
 temp file + fsync + rename. Reads take no lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from . import journal
+from . import journal, staging
 from .atomic import remove_durably, write_atomic
 from .codec import parse_markdown, render_markdown
 from .errors import (
@@ -67,11 +67,8 @@ def record_files(records_dir: Path) -> list[Path]:
 
 def must_be(stored: Record, status: str) -> None:
     if stored.status != status:
-        raise InvalidState(f"record {stored.id} must be {_article(status)} {status}, not {stored.status}")
-
-
-def _article(status: str) -> str:
-    return "a" if status == "candidate" else ""
+        article = "a " if status == "candidate" else ""
+        raise InvalidState(f"record {stored.id} must be {article}{status}, not {stored.status}")
 
 
 class Repository:
@@ -85,13 +82,22 @@ class Repository:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def scan(self) -> list[StoredRecord]:
-        """Parse every record file; any invalid, foreign-scope or duplicate file fails the scan."""
-        scope = self.scope
+    def scan(self, progress: Callable[[int, int], None] | None = None) -> list[StoredRecord]:
+        """Finish an interrupted supersession or import when idle, then `scan_read_only`."""
+        _ = self.scope  # NotInitialized before the journal is looked at
         self._recover_if_idle()
+        return self.scan_read_only(progress)
+
+    def scan_read_only(self, progress: Callable[[int, int], None] | None = None) -> list[StoredRecord]:
+        """Parse every record file, writing nothing; any invalid, foreign-scope or duplicate file fails the scan.
+
+        `progress(done, total)` is called after each file.
+        """
+        scope = self.scope
         seen: set[str] = set()
         stored = []
-        for path in record_files(self.paths.records):
+        files = record_files(self.paths.records)
+        for done, path in enumerate(files, 1):
             item = self._read(path)
             if item.record.scope != scope:
                 raise ScopeDenied(item.record.id)
@@ -99,6 +105,8 @@ class Repository:
                 raise StoreIntegrityError(f"record {item.record.id} appears in multiple files")
             seen.add(item.record.id)
             stored.append(item)
+            if progress is not None:
+                progress(done, len(files))
         return stored
 
     def find(self, record_id: str) -> StoredRecord:
@@ -136,26 +144,31 @@ class Repository:
         return StoredRecord(parse_markdown(data, path.name), path, data)
 
     def _recover_if_idle(self) -> None:
-        """Readers finish an interrupted supersession when no writer is active."""
-        if self.paths.journal.exists():
+        """Readers finish an interrupted supersession or import when no writer is active."""
+        if self.paths.journal.exists() or self.paths.import_journal.exists():
             try:
                 with exclusive_lock(self.paths.mutation_lock):
-                    journal.recover(self.paths)
+                    recover_interrupted(self.paths)
             except LockBusy:
                 pass
 
     # ---- writing -------------------------------------------------------------------------
 
     @contextmanager
-    def _mutation(self) -> Iterator[list[StoredRecord]]:
-        scope = self.scope  # raises NotInitialized before any file is created
-        del scope
+    def locked(self) -> Iterator[None]:
+        """Hold the mutation lock, interrupted writes recovered, for a change made outside this class."""
+        _ = self.scope  # raises NotInitialized before any file is created
         try:
             with exclusive_lock(self.paths.mutation_lock):
-                journal.recover(self.paths)
-                yield self.scan()
+                recover_interrupted(self.paths)
+                yield
         except LockBusy:
             raise MutationBusy() from None
+
+    @contextmanager
+    def _mutation(self) -> Iterator[list[StoredRecord]]:
+        with self.locked():
+            yield self.scan()
 
     def _write_new(self, record: Record, existing: list[StoredRecord]) -> Path:
         if any(item.record.id == record.id for item in existing):
@@ -189,7 +202,7 @@ class Repository:
             return ProposalResult("invalid", record.id, None, None, str(exc))
         self._check_scope(record)
         with self._mutation() as existing:
-            match = _match(existing, record, exclude={record.id})
+            match = find_match(existing, record, exclude={record.id})
             if any(item.record.id == record.id for item in existing):
                 raise StoreIntegrityError(f"record {record.id} already exists")
             if match and match[0] == "duplicate":
@@ -232,7 +245,7 @@ class Repository:
                 status="candidate",
                 updated_at=later_of(Timestamp.now(), replacement.created_at),
             )
-            match = _match(existing, replacement, exclude={old_id, replacement.id})
+            match = find_match(existing, replacement, exclude={old_id, replacement.id})
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
@@ -258,7 +271,7 @@ class Repository:
             validate_provenance(candidate.record, candidate.path.name)
             self._check_scope(candidate.record)
             exclude = {record_id, *candidate.record.supersedes}
-            match = _match(existing, candidate.record, exclude=exclude)
+            match = find_match(existing, candidate.record, exclude=exclude)
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
@@ -369,6 +382,12 @@ class Repository:
             remove_durably(_by_id(existing, record_id).path)
 
 
+def recover_interrupted(paths: StorePaths) -> None:
+    """Roll an interrupted supersession or import forward. The caller holds the mutation lock."""
+    journal.recover(paths)
+    staging.recover(paths)
+
+
 def _by_id(existing: list[StoredRecord], record_id: str) -> StoredRecord:
     for item in existing:
         if item.record.id == record_id:
@@ -376,8 +395,11 @@ def _by_id(existing: list[StoredRecord], record_id: str) -> StoredRecord:
     raise NotFound(record_id)
 
 
-def _match(existing: list[StoredRecord], record: Record, exclude: set[str]) -> tuple[str, Record] | None:
-    """The first candidate/active record with the same scope, kind and title: duplicate or overlap."""
+def find_match(existing: list[StoredRecord], record: Record, exclude: set[str]) -> tuple[str, Record] | None:
+    """The first candidate/active record with the same scope, kind and title: duplicate or overlap.
+
+    Records whose id is in `exclude` are skipped.
+    """
     title, body = normalize(record.title), normalize(record.body)
     for item in existing:
         other = item.record

@@ -93,6 +93,10 @@ class StorePaths:
         return self.locks / "supersede.toml"
 
     @property
+    def import_journal(self) -> Path:
+        return self.locks / "import.toml"
+
+    @property
     def models_dir(self) -> Path:
         return self.cache_dir / "models"
 
@@ -127,10 +131,15 @@ def _writable_or_fallback(cache_dir: Path, root: Path) -> Path:
         probe.unlink()
         return cache_dir
     except PermissionError:
-        digest = hashlib.sha256(str(root).encode()).hexdigest()[:32]
-        fallback = Path(tempfile.gettempdir()) / f"stormbuffer-projection-{digest}"
+        fallback = fallback_index_dir(root)
         fallback.mkdir(mode=0o700, exist_ok=True)
         return fallback
+
+
+def fallback_index_dir(root: Path) -> Path:
+    """Where the global projection goes when the cache cannot be written (computed, not created)."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:32]
+    return Path(tempfile.gettempdir()) / f"stormbuffer-projection-{digest}"
 
 
 def find_project_root(cwd: Path) -> Path:
@@ -259,7 +268,7 @@ def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
     """Create the store if needed; return True when it was created. Idempotent."""
     if shared and paths.kind == "global":
         raise StoreError("shared stores require project scope")
-    if shared and paths.gitignore.is_file():
+    if shared and paths.gitignore.is_file() and not paths.config_file.exists():
         check_shared_ignore_rules(paths.gitignore.read_text(encoding="utf-8"))
     paths.records.mkdir(parents=True, exist_ok=True)
     try:
