@@ -20,8 +20,13 @@ class CommandFailed(click.ClickException):
 
     exit_code = 1
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        # Decided now: the command's context is gone by the time `main` shows the error.
+        self.coloured = _stderr_style().enabled
+
     def show(self, file: object = None) -> None:  # noqa: ARG002 - click's signature
-        report_error(self.message)
+        click.echo(f"{Style(self.coloured).failure('error')}: {self.message}", err=True, color=True)
 
 
 @dataclass
@@ -57,9 +62,12 @@ def current() -> Cli:
     return click.get_current_context().ensure_object(Cli)
 
 
+def _stderr_style() -> Style:
+    return current().err() if click.get_current_context(silent=True) else Style(False)
+
+
 def report_error(message: str) -> None:
-    style = current().err() if click.get_current_context(silent=True) else Style(False)
-    click.echo(f"{style.failure('error')}: {message}", err=True)
+    click.echo(f"{_stderr_style().failure('error')}: {message}", err=True, color=True)
 
 
 def fail(message: str) -> NoReturn:

@@ -32,6 +32,20 @@ COMMANDS: dict[str, str] = {
     "forget": "records:forget",
     "inbox": "review:inbox",
     "audit": "review:audit",
+    "mcp": "mcp:mcp",
+    "export": "backup:export",
+    "verify-export": "backup:verify_export",
+    "import": "backup:import_records",
+    "destroy-store": "backup:destroy",
+    "invoke": "protocol:invoke",
+    "skill": "skill:skill",
+    "sync": "index:sync",
+    "watch": "index:watch",
+    "reindex": "index:reindex",
+    "doctor": "index:doctor",
+    "gc": "index:gc",
+    "search": "index:search",
+    "context": "index:context",
 }
 
 
@@ -100,6 +114,7 @@ def command(name: str | None = None, **kwargs: Any) -> Callable[[Callable[..., A
     cls=LazyGroup,
     invoke_without_command=False,
     no_args_is_help=True,
+    context_settings={"color": True},  # `Style` decides about colour; click must not strip it
     help="A memory store for facts, decisions, procedures, and checkpoints.\n\n"
     "Stormbuffer keeps memories in readable, indexed Markdown.",
 )
@@ -113,7 +128,8 @@ def cli(ctx: click.Context) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run `sbuf`; expected failures print one `error:` line, never a traceback."""
     try:
-        cli.main(args=argv, prog_name="sbuf", standalone_mode=False)
+        # Without standalone mode click returns the code of `ctx.exit(n)` (an `Exit`) instead of raising it.
+        status = cli.main(args=argv, prog_name="sbuf", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help(), err=True)
         sys.exit(2)
@@ -138,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         CommandFailed(f"{exc.strerror or type(exc).__name__}").show()
         sys.exit(1)
-    sys.exit(0)
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 __all__ = ["COMMANDS", "cli", "command", "current", "main"]

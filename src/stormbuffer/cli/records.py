@@ -1,0 +1,386 @@
+"""Human commands for the selected store: create and inspect it, and move records through their lifecycle."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..core.ids import new_record_id, parse_record_id
+from ..core.records import KIND_REASON, KINDS, STATUSES, Record, Source
+from ..core.repository import Repository, must_be
+from ..core.stores import StorePaths, initialize_store, read_config
+from ..core.timestamps import Timestamp, later_of
+from .context import current, fail
+from .editor import edit_text, review_draft
+from .failures import fail_on_invalid_records, failing
+from .main import command
+from .text import one_line
+
+HUMAN_SOURCE = Source("conversation", "stormbuffer:cli", "human")
+PROPOSE_SOURCE = Source("conversation", "stormbuffer:cli/propose", "agent")
+DEFAULT_TITLE = "Untitled memory"
+DEFAULT_BODY = "Write the memory here."
+NO_EDITOR_DRAFT = "Without $VISUAL or $EDITOR, a draft given --body is stored as it is."
+NO_EDITOR_REPLACEMENT = "Without $VISUAL or $EDITOR, a replacement given --title, --kind or --body is stored as it is."
+
+# ---- shared helpers --------------------------------------------------------------------------
+
+
+def selected_store() -> StorePaths:
+    with failing("could not resolve store"):
+        return current().store()
+
+
+def record_id_argument(text: str) -> str:
+    try:
+        return parse_record_id(text)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _repository(context: str) -> Repository:
+    """The selected store's repository; fails with `<context>: store is not initialized` first."""
+    repository = Repository(selected_store())
+    with failing(context):
+        _ = repository.scope
+    return repository
+
+
+def _checked_kind(kind: str, message: str) -> str:
+    if kind not in KINDS:
+        fail(f"{message}: {KIND_REASON}")
+    return kind
+
+
+def _new_draft(
+    scope: str, title: str | None, kind: str | None, body: str | None, status: str, access: str, source: Source
+) -> Record:
+    now = Timestamp.now()
+    return Record(
+        id=new_record_id(),
+        title=DEFAULT_TITLE if title is None else title,
+        kind="fact" if kind is None else _checked_kind(kind, "invalid memory kind"),
+        scope=scope,
+        status=status,
+        access=access,
+        created_at=now,
+        updated_at=now,
+        sources=(source,),
+        body=DEFAULT_BODY if body is None else body,
+    )
+
+
+def _draft_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`--title`, `--kind` and `--body`: the starting point of a draft."""
+    function = click.option("--body", help="Initial body, editable in the editor.")(function)
+    function = click.option("--kind", help="Initial kind: fact, decision, procedure, or checkpoint.")(function)
+    return click.option("--title", help="Initial title, editable in the editor.")(function)
+
+
+# ---- store ------------------------------------------------------------------------------------
+
+
+@command("init", help="Initialize a global or project store without changing existing metadata.")
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="Make a project store shareable by tracking its configuration and canonical Markdown.",
+)
+def init(shared: bool) -> None:
+    cli = current()
+    paths = selected_store()
+    with failing("could not initialize store"):
+        created = initialize_store(paths, shared=shared)
+    out = cli.out()
+    action = out.success("Initialized" if created else "Already initialized")
+    suffix = " (shared)" if shared else ""
+    click.echo(f"{action} {cli.view.value} store at {out.path(str(paths.root))}{suffix}")
+    _prepare_retrieval(paths)
+    click.echo(out.field("Embedding model", "ready"))
+
+
+def _prepare_retrieval(paths: StorePaths) -> None:
+    """Sync the search index once and acquire the embedding model, so that hybrid retrieval works offline."""
+    from ..embedding import ModelUnavailable, acquire_model
+    from ..index.sync import sync_store
+
+    with failing("could not initialize the search index"):
+        report = sync_store(paths, embedder=None)
+    fail_on_invalid_records(report.invalid_files)
+    try:
+        acquire_model(paths.cache_dir)
+    except ModelUnavailable as exc:
+        fail(f"store initialized, but the verified local embedding model is unavailable: {exc}")
+
+
+@command("root", help="Print the resolved store root, whether or not it is initialized.")
+def root() -> None:
+    click.echo(str(selected_store().root))
+
+
+@command("status", help="Inspect the resolved store and report its initialization state.")
+@click.option("--json", "as_json", is_flag=True, help="Emit one JSON object instead of human-readable lines.")
+def status(as_json: bool) -> None:
+    cli = current()
+    cli.machine_mode = as_json
+    paths = selected_store()
+    with failing("could not inspect store"):
+        report = _inspect(paths)
+    if as_json:
+        click.echo(json.dumps(report, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+        return
+    out = cli.out()
+    lines = [
+        ("View", report["view"]),
+        ("Scope", report["scope"]),
+        ("Root", out.path(report["root"])),
+        ("State", out.success("initialized") if report["initialized"] else out.warning("not initialized")),
+    ]
+    if report["initialized"]:
+        lines.append(("Visibility", report["visibility"]))
+    if report["project_id"] is not None:
+        lines += [("Project ID", report["project_id"]), ("Project name", one_line(report["project_name"]))]
+    lifecycle, disk = report["lifecycle"], report["disk_usage"]
+    lines += [
+        ("Records", str(report["record_count"])),
+        ("Candidates", str(lifecycle["candidate"])),
+        ("Active", str(lifecycle["active"])),
+        ("Superseded", str(lifecycle["superseded"])),
+        ("Archived", str(lifecycle["archived"])),
+        ("Canonical disk", f"{disk['canonical_bytes']} bytes"),
+        ("Disposable disk", f"{disk['disposable_bytes']} bytes"),
+        ("Index version", "unavailable" if report["index_version"] is None else str(report["index_version"])),
+        ("Embedding version", report["embedding_version"] or "unavailable"),
+        ("Last sync", report["last_successful_sync"] or "never"),
+    ]
+    for name, value in lines:
+        click.echo(out.field(name, value))
+
+
+def _inspect(paths: StorePaths) -> dict[str, Any]:
+    """The status report in its JSON form."""
+    cli = current()
+    config = read_config(paths) if paths.is_initialized() else None
+    lifecycle = dict.fromkeys(STATUSES, 0)
+    if config is not None:
+        for item in Repository(paths).scan_read_only():
+            lifecycle[item.record.status] += 1
+    from ..index.projection import describe
+
+    index = describe(paths)
+    return {
+        "disk_usage": {"canonical_bytes": _canonical_bytes(paths), "disposable_bytes": _disposable_bytes(paths)},
+        "embedding_version": index["embedding_version"],
+        "index_version": index["index_version"],
+        "initialized": config is not None,
+        "last_successful_sync": index["last_sync"],
+        "lifecycle": lifecycle,
+        "project_id": config.project_id if config else None,
+        "project_name": config.project_name if config else None,
+        "record_count": sum(lifecycle.values()),
+        "root": str(paths.root),
+        "scope": cli.view.value,
+        "view": cli.view.description,
+        "visibility": config.visibility if config else None,
+    }
+
+
+def _file_bytes(path: Path) -> int:
+    """The size of a regular file (symlinks and missing files count as nothing)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
+
+
+def _tree_bytes(directory: Path) -> int:
+    total = 0
+    for parent, _dirs, files in os.walk(directory):
+        total += sum(_file_bytes(Path(parent, name)) for name in files)
+    return total
+
+
+def _canonical_bytes(paths: StorePaths) -> int:
+    return _file_bytes(paths.config_file) + _tree_bytes(paths.records)
+
+
+def _disposable_bytes(paths: StorePaths) -> int:
+    """Projection files (database, its journals and vectors, the projection lock) plus `tmp/`, `logs/`, `locks/`."""
+    from ..index.projection import existing_index_path
+
+    total = sum(_tree_bytes(paths.root / name) for name in ("tmp", "logs", "locks"))
+    index_path = existing_index_path(paths)
+    index_dir = index_path.parent if index_path else paths.root if paths.kind == "project" else paths.cache_dir
+    if index_dir.is_dir():
+        for entry in index_dir.iterdir():
+            if entry.name.startswith(paths.index_name) or entry.name == "projection.lock":
+                total += _file_bytes(entry)
+    return total
+
+
+# ---- writing records ----------------------------------------------------------------------------
+
+
+@command("add", help="Add a human-authored memory.", epilog=NO_EDITOR_DRAFT)
+@_draft_options
+def add(title: str | None, kind: str | None, body: str | None) -> None:
+    repository = _repository("could not add record")
+    draft = _new_draft(repository.scope, title, kind, body, "active", "human", HUMAN_SOURCE)
+    with failing("could not add record"):
+        record = review_draft(draft, current().env, complete=body is not None)
+        repository.add(record)
+    click.echo(record.id)
+
+
+@command("propose", help="Propose an agent memory candidate for review.", epilog=NO_EDITOR_DRAFT)
+@_draft_options
+def propose(title: str | None, kind: str | None, body: str | None) -> None:
+    repository = _repository("could not propose record")
+    draft = _new_draft(repository.scope, title, kind, body, "candidate", "agent", PROPOSE_SOURCE)
+    with failing("could not propose record"):
+        record = review_draft(draft, current().env, complete=body is not None)
+        result = repository.propose(record, "agent")
+    click.echo(f"{result.record_id}\t{result.outcome}")
+    if result.outcome == "invalid":
+        fail(result.message)
+
+
+@command("approve", help="Approve a candidate memory.")
+@click.argument("record_id", metavar="ID")
+def approve(record_id: str) -> None:
+    _decide(record_id, approve=True)
+
+
+@command("reject", help="Reject a candidate memory by archiving it.")
+@click.argument("record_id", metavar="ID")
+def reject(record_id: str) -> None:
+    _decide(record_id, approve=False)
+
+
+def _decide(text: str, *, approve: bool) -> None:
+    record_id = record_id_argument(text)
+    repository = Repository(selected_store())
+    with failing("could not update candidate"):
+        result = repository.approve(record_id) if approve else repository.reject(record_id)
+    click.echo(f"{result.record_id}\t{result.outcome}\t{result.status or ''}")
+
+
+@command("edit", help="Edit a memory.")
+@click.argument("record_id", metavar="ID")
+def edit(record_id: str) -> None:
+    record_id = record_id_argument(record_id)
+    repository = Repository(selected_store())
+    with failing("could not find record"):
+        stored = repository.find(record_id)
+    with failing("could not save edited record"):
+        must_be(stored.record, "active")
+        edited = edit_text(stored.data, current().env)
+        edited = edited.replace(updated_at=later_of(Timestamp.now(), edited.created_at))
+        repository.replace_if_unchanged(stored, edited)
+    click.echo(record_id)
+
+
+@command("supersede", help="Supersede a memory with a new active record.", epilog=NO_EDITOR_REPLACEMENT)
+@click.argument("record_id", metavar="ID")
+@_draft_options
+def supersede(record_id: str, title: str | None, kind: str | None, body: str | None) -> None:
+    old_id = record_id_argument(record_id)
+    repository = Repository(selected_store())
+    with failing("could not find record to supersede"):
+        old = repository.find(old_id).record
+    now = Timestamp.now()
+    draft = old.replace(
+        id=new_record_id(),
+        title=old.title if title is None else title,
+        kind=old.kind if kind is None else _checked_kind(kind, "invalid replacement kind"),
+        status="active",
+        created_at=now,
+        updated_at=now,
+        supersedes=(old_id,),
+        body=old.body if body is None else body,
+    )
+    given = any(value is not None for value in (title, kind, body))
+    with failing("could not supersede record"):
+        replacement = review_draft(draft, current().env, complete=given)
+        replacement = repository.supersede(old_id, replacement)
+    click.echo(replacement.id)
+
+
+@command("archive", help="Archive a memory.")
+@click.argument("record_id", metavar="ID")
+def archive(record_id: str) -> None:
+    _change_lifecycle(record_id, restore=False)
+
+
+@command("restore", help="Restore an archived memory.")
+@click.argument("record_id", metavar="ID")
+def restore(record_id: str) -> None:
+    _change_lifecycle(record_id, restore=True)
+
+
+def _change_lifecycle(text: str, *, restore: bool) -> None:
+    record_id = record_id_argument(text)
+    repository = Repository(selected_store())
+    with failing("could not change record lifecycle"):
+        record = repository.restore(record_id) if restore else repository.archive(record_id)
+    click.echo(f"{record.id}\t{record.status}")
+
+
+@command("forget", help="Permanently delete a memory only with explicit --destroy.")
+@click.argument("record_id", metavar="ID")
+@click.option("--destroy", is_flag=True, help="Acknowledge that the memory is deleted permanently.")
+@click.option("--yes", is_flag=True, help="Skip the confirmation prompt (requires --destroy).")
+def forget(record_id: str, destroy: bool, yes: bool) -> None:
+    if yes and not destroy:
+        raise click.UsageError("the argument '--yes' requires '--destroy'")
+    if not destroy:
+        fail("forget requires --destroy for permanent deletion")
+    record_id = record_id_argument(record_id)
+    repository = Repository(selected_store())
+    with failing("could not permanently delete record"):
+        record = repository.find(record_id).record
+    if not yes:
+        _confirm_deletion(record)
+    with failing("could not permanently delete record"):
+        repository.forget(record_id)
+    click.echo(f"Forgot {record_id}")
+
+
+def _confirm_deletion(record: Record) -> None:
+    if not all(stream.isatty() for stream in (sys.stdin, sys.stdout, sys.stderr)):
+        fail("noninteractive deletion requires --yes")
+    click.echo(f"Permanently delete {one_line(record.title)} ({record.id})? [y/N] ", err=True, nl=False)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        fail("deletion cancelled")
+
+
+# ---- reading records ------------------------------------------------------------------------------
+
+
+@command("show", help="Show one memory.")
+@click.argument("record_id", metavar="ID")
+def show(record_id: str) -> None:
+    record_id = record_id_argument(record_id)
+    repository = Repository(selected_store())
+    with failing("could not read record"):
+        data = repository.find(record_id).data
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@command("list", help="List memories.")
+@click.option("--all", "include_all", is_flag=True, help="Include inactive records.")
+def list_records(include_all: bool) -> None:
+    repository = Repository(selected_store())
+    with failing("could not list records"):
+        records = repository.list(include_inactive=include_all)
+    for record in records:
+        click.echo(f"{record.id}\t{record.status}\t{record.kind}\t{record.scope}\t{one_line(record.title)}")

@@ -1,0 +1,187 @@
+"""Read-only review of the selected store: the candidate inbox and the health audit."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import click
+
+from ..core.records import KIND_REASON, KINDS, SOURCE_KIND_REASON, SOURCE_KINDS
+from ..core.repository import Repository, StoredRecord, find_match
+from ..core.scopes import parse_scope
+from ..core.timestamps import Timestamp
+from .context import Cli, current, fail
+from .failures import failing
+from .main import command
+from .records import selected_store
+from .text import one_line
+
+MAX_DAYS = 36_500  # a century: larger ages are a typing mistake, not a policy
+_DAY_NS = 86_400 * 1_000_000_000
+
+
+def _whole_days(since: Timestamp, now: Timestamp) -> int:
+    return max(0, (now.instant_ns() - since.instant_ns()) // _DAY_NS)
+
+
+def _read_store(context: str) -> list[StoredRecord]:
+    """Every record of the selected store, read without the lock and without recovery."""
+    repository = Repository(selected_store())
+    with failing(context):
+        return repository.scan_read_only()
+
+
+# ---- inbox ---------------------------------------------------------------------------------------
+
+
+@command("inbox", help="Review candidate memories awaiting a lifecycle decision.")
+@click.option(
+    "--min-age-days",
+    type=click.IntRange(0, MAX_DAYS),
+    default=0,
+    help="Only candidates at least this many whole days old.",
+)
+@click.option("--kind", help="Only candidates of this kind: fact, decision, procedure, or checkpoint.")
+@click.option("--source", help="Only candidates with a source of this kind: conversation, document, issue, or url.")
+@click.option("--scope", help="Only candidates with exactly this record scope (`global` or `project:<id>`).")
+@click.option("--possible-overlap", is_flag=True, help="Only candidates that may overlap another memory.")
+@click.option("--json", "as_json", is_flag=True, help="Emit a JSON array instead of human-readable lines.")
+def inbox(
+    min_age_days: int, kind: str | None, source: str | None, scope: str | None, possible_overlap: bool, as_json: bool
+) -> None:
+    cli = current()
+    cli.machine_mode = as_json
+    if kind is not None and kind not in KINDS:
+        fail(f"invalid memory kind: {KIND_REASON}")
+    if source is not None and source not in SOURCE_KINDS:
+        fail(f"invalid source kind: {SOURCE_KIND_REASON}")
+    if scope is not None:
+        try:
+            parse_scope(scope)
+        except ValueError as exc:
+            fail(f"invalid scope: {exc}")
+    stored = _read_store("could not review candidates")
+    now = Timestamp.now()
+    entries: list[dict[str, object]] = []
+    for item in sorted(stored, key=lambda item: item.record.id):
+        record = item.record
+        if record.status != "candidate":
+            continue
+        age = _whole_days(record.created_at, now)
+        source_kinds = [source.kind for source in record.sources]
+        match = find_match(stored, record, exclude={record.id})
+        overlap_id = match[1].id if match else None
+        if (
+            age < min_age_days
+            or kind not in (None, record.kind)
+            or (source is not None and source not in source_kinds)
+            or scope not in (None, record.scope)
+            or (possible_overlap and overlap_id is None)
+        ):
+            continue
+        entries.append(
+            {
+                "id": record.id,
+                "title": record.title,
+                "kind": record.kind,
+                "scope": record.scope,
+                "age_days": age,
+                "sources": source_kinds,
+                "possible_overlap_id": overlap_id,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(entries, separators=(",", ":"), ensure_ascii=False))
+        return
+    for entry in entries:
+        line = f"{entry['id']} | {entry['kind']} | {entry['scope']} | {one_line(str(entry['title']))}"
+        line += f" | {entry['age_days']} days"
+        if entry["possible_overlap_id"] is not None:
+            line += f" | possible overlap: {entry['possible_overlap_id']}"
+        click.echo(line)
+    click.echo(cli.out().field("Candidates", str(len(entries))))
+
+
+# ---- audit ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    record_ids: list[str]
+    evidence: str
+    confidence: str
+    rule: str
+    follow_up: str
+
+
+@command("audit", help="Audit memory health without changing canonical records.")
+@click.option(
+    "--stale-after-days",
+    type=click.IntRange(0, MAX_DAYS),
+    default=30,
+    show_default=True,
+    help="Whole days after which an active checkpoint counts as stale.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Emit one JSON object instead of human-readable findings.")
+def audit(stale_after_days: int, as_json: bool) -> None:
+    cli = current()
+    cli.machine_mode = as_json
+    stored = _read_store("could not audit store")
+    findings = sorted(_findings(stored, stale_after_days, cli), key=lambda found: (found.kind, found.record_ids))
+    if as_json:
+        report = {"findings": [asdict(found) for found in findings]}
+        click.echo(json.dumps(report, separators=(",", ":"), ensure_ascii=False))
+        return
+    out = cli.out()
+    for found in findings:
+        click.echo(f"{found.kind} | {found.confidence} | {', '.join(found.record_ids)}")
+        click.echo(out.field("Evidence", one_line(found.evidence)))
+        click.echo(out.field("Rule", found.rule))
+        click.echo(out.field("Follow up", found.follow_up))
+    click.echo(out.field("Findings", str(len(findings))))
+
+
+def _findings(stored: list[StoredRecord], stale_after_days: int, cli: Cli) -> list[Finding]:
+    sbuf = f"sbuf {cli.scope_flag}"
+    now = Timestamp.now()
+    ids = {item.record.id for item in stored}
+    findings = []
+    for item in stored:
+        record = item.record
+        if record.status == "candidate":
+            findings.append(
+                Finding(
+                    "unresolved_candidate",
+                    [record.id],
+                    f'candidate "{record.title}" has awaited review for {_whole_days(record.created_at, now)} days',
+                    "certain",
+                    "every candidate needs an explicit approve or reject decision",
+                    f"{sbuf} approve {record.id} or {sbuf} reject {record.id}",
+                )
+            )
+        for missing in (old_id for old_id in record.supersedes if old_id not in ids):
+            findings.append(
+                Finding(
+                    "broken_link",
+                    [record.id],
+                    f'"{record.title}" supersedes {missing}, which is not in this store',
+                    "certain",
+                    "every supersedes link names a record of the same store",
+                    f"{sbuf} edit {record.id}",
+                )
+            )
+        age = _whole_days(record.updated_at, now)
+        if record.kind == "checkpoint" and record.status == "active" and age >= stale_after_days:
+            findings.append(
+                Finding(
+                    "stale_checkpoint",
+                    [record.id],
+                    f'checkpoint "{record.title}" was last updated {age} days ago',
+                    "likely",
+                    f"an active checkpoint not updated for {stale_after_days} days is probably stale",
+                    f"{sbuf} archive {record.id}",
+                )
+            )
+    return findings

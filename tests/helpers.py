@@ -1,0 +1,195 @@
+"""Running the installed `sbuf` as a real process in a private sandbox, and small file utilities."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SBUF = Path(sys.executable).parent / "sbuf"
+ESC = "\x1b"
+
+# Variables that would let the caller's environment leak into a test.
+_ISOLATED = (
+    "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "VISUAL", "EDITOR", "USERPROFILE", "LOCALAPPDATA", "APPDATA",
+    "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "STORMBUFFER_TEST_MODE",
+)  # fmt: skip
+
+
+def sbuf_env(base: Path, **overrides: str | None) -> dict[str, str]:
+    """An environment whose home, data, cache and temp directories live under `base`.
+
+    `EDITOR=true` (editing changes nothing), `NO_COLOR` is absent, and `sbuf invoke` checks every
+    envelope it prints against `schema/v1` (a mismatch becomes `internal_error` plus a line on
+    stderr). Keyword arguments set variables, or remove them when given as None.
+    """
+    env = {name: value for name, value in os.environ.items() if name not in _ISOLATED}
+    dirs = {"HOME": "home", "XDG_DATA_HOME": "data", "XDG_CACHE_HOME": "cache", "TMPDIR": "tmp"}
+    for name, folder in dirs.items():
+        (base / folder).mkdir(parents=True, exist_ok=True)
+        env[name] = str(base / folder)
+    env["EDITOR"] = "true"
+    env["STORMBUFFER_VALIDATE_OUTPUT"] = "1"  # every protocol envelope is checked against schema/v1
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def run_sbuf(
+    *args: str, cwd: Path, env: Mapping[str, str], input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `sbuf args…`; stdin is not a terminal (empty unless `input` is given); output is captured as text."""
+    return subprocess.run(
+        [str(SBUF), *args],
+        cwd=cwd,
+        env=dict(env),
+        input=input,
+        stdin=subprocess.DEVNULL if input is None else None,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="surrogateescape",
+        check=False,
+    )
+
+
+def link_tree(source: Path, destination: Path) -> None:
+    """Give `destination` the regular files of `source` (hard links where possible; dot files skipped)."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, destination, copy_function=link, ignore=shutil.ignore_patterns(".*"), dirs_exist_ok=True)
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Relative path → sha256 (or `<dir>`) of everything below `root`, for before/after comparisons."""
+    digest: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            digest[relative] = f"<link {os.readlink(path)}>"
+        elif path.is_dir():
+            digest[relative] = "<dir>"
+        else:
+            digest[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest
+
+
+def record_markdown(
+    record_id: str,
+    scope: str,
+    *,
+    title: str = "A hand-written memory",
+    kind: str = "fact",
+    status: str = "active",
+    access: str = "human",
+    created_at: str = "2020-01-02T03:04:05Z",
+    updated_at: str = "2020-01-02T03:04:05Z",
+    supersedes: tuple[str, ...] = (),
+    body: str = "Hand-written body text.\n",
+) -> str:
+    """Canonical Markdown for one record, written the way a person might write it by hand."""
+    listed = ", ".join(f'"{old}"' for old in supersedes)
+    return (
+        "+++\n"
+        "format_version = 1\n"
+        f'id = "{record_id}"\n'
+        f'title = "{title}"\n'
+        f'kind = "{kind}"\n'
+        f'scope = "{scope}"\n'
+        f'status = "{status}"\n'
+        f'access = "{access}"\n'
+        f'created_at = "{created_at}"\n'
+        f'updated_at = "{updated_at}"\n'
+        "tags = []\n"
+        "aliases = []\n"
+        f"supersedes = [{listed}]\n"
+        "\n"
+        "[[sources]]\n"
+        'kind = "conversation"\n'
+        'reference = "hand-written"\n'
+        'actor = "human"\n'
+        "+++\n"
+        "\n"
+        f"{body}"
+    )
+
+
+@dataclass
+class Sandbox:
+    """A private home, data, cache and temp directory, and a project directory to run `sbuf` in."""
+
+    base: Path
+    env: dict[str, str]
+    cwd: Path
+
+    @classmethod
+    def create(cls, base: Path) -> Sandbox:
+        cwd = base / "work" / "project"
+        cwd.mkdir(parents=True)
+        return cls(base, sbuf_env(base), cwd)
+
+    @property
+    def global_root(self) -> Path:
+        return self.base / "data" / "stormbuffer"
+
+    @property
+    def project_root(self) -> Path:
+        return self.cwd / ".sbuf"
+
+    def env_with(self, **overrides: str | None) -> dict[str, str]:
+        env = dict(self.env)
+        for name, value in overrides.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+    def sbuf(
+        self, *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run_sbuf(*args, cwd=cwd or self.cwd, env=self.env if env is None else env, input=input)
+
+
+def invoke(
+    operation: str,
+    request: object,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    view: str = "project",
+    raw: bytes | None = None,
+) -> dict[str, Any]:
+    """Run `sbuf --<view> invoke <operation>` with `request` as JSON (or `raw` bytes) on stdin.
+
+    Checks what every invocation must do: exactly one line on stdout holding an envelope valid
+    against `schema/v1`, nothing on stderr, exit status 0 exactly when `ok`. Returns the envelope.
+    """
+    from stormbuffer.protocol.invoke import validate_envelope
+
+    data = raw if raw is not None else json.dumps(request).encode()
+    completed = subprocess.run(
+        [str(SBUF), f"--{view}", "invoke", operation], cwd=cwd, env=dict(env), input=data, capture_output=True,
+        check=False,
+    )  # fmt: skip
+    assert completed.stderr == b"", completed.stderr.decode(errors="replace")
+    assert completed.stdout.endswith(b"\n") and completed.stdout.count(b"\n") == 1, completed.stdout[:500]
+    envelope = json.loads(completed.stdout)
+    assert validate_envelope(envelope) == []
+    assert completed.returncode == (0 if envelope["ok"] else 1)
+    return envelope
