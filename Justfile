@@ -22,3 +22,7 @@ test *args:
 
 # Everything CI checks: lint, then the tests.
 check: lint test
+
+# Render the protocol reference in docs/reference/ (Markdown and HTML) from schema/v1/.
+docs:
+    {{python}} scripts/render_schema_docs.py

@@ -261,7 +261,7 @@ def test_generated_context_result_model_reads_an_example() -> None:
 
     _, example = load_example(EXAMPLE_DIR / "context" / "budget-truncation.json")
     result = ContextResult.model_validate(example["response"]["result"])
-    assert result.receipt.truncated is True and result.receipt.semantic_fallback == "intentionally_unavailable"
+    assert result.receipt.truncated is True and result.receipt.semantic_fallback == "model_unavailable"
     assert result.blocks[0].sources[0].observed_at.utcoffset().total_seconds() == -5 * 3600
     assert result.model_dump(mode="json", exclude_unset=True) == example["response"]["result"]
 

@@ -1,0 +1,56 @@
+"""What one caller of the protocol works with: a view, its selected store, and an embedder slot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from stormbuffer.core.stores import PlatformDirs, StorePaths, View
+
+if TYPE_CHECKING:
+    from stormbuffer.embedding import Embedder
+
+
+class EmbedderSlot(Protocol):
+    def get(self) -> tuple[Embedder | None, str | None]:
+        """The embedder, or None and the semantic fallback reason."""
+        ...
+
+
+@dataclass
+class Session:
+    view: View
+    selected: StorePaths
+    dirs: PlatformDirs
+    embedder: EmbedderSlot
+
+
+class OneShotEmbedder:
+    """The embedder of a one-shot process: the already acquired model, loaded on first use.
+
+    It never acquires or builds a model (that is `sbuf init`'s job), so a process without a model
+    answers lexically with the reason (`model_unavailable`, or `embedder_initialization_failed` for
+    a damaged cache) instead of spending seconds on a build.
+    """
+
+    def __init__(self, cache_dir: Path) -> None:
+        self._cache_dir = cache_dir
+        self._loaded: tuple[Embedder | None, str | None] | None = None
+
+    def get(self) -> tuple[Embedder | None, str | None]:
+        if self._loaded is None:
+            from stormbuffer.retrieval import open_embedder
+
+            self._loaded = open_embedder(self._cache_dir)
+        return self._loaded
+
+
+class NoEmbedder:
+    """A slot without a model: retrieval stays lexical and says why."""
+
+    def __init__(self, reason: str = "intentionally_unavailable") -> None:
+        self.reason = reason
+
+    def get(self) -> tuple[Embedder | None, str | None]:
+        return None, self.reason
