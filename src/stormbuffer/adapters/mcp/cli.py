@@ -1,0 +1,133 @@
+"""The `stormbuffer-mcp` command: arguments (read left to right), store selection, exit status.
+
+Exit 0 after the host closes stdin, 2 for a usage error, 1 when the adapter cannot start: the
+store cannot be resolved, or stdin closed before the host sent its first request. Starting never
+initializes a store or writes anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stormbuffer import __version__
+from stormbuffer.core.stores import View
+
+from .tools import WriteGrant
+
+PROG = "stormbuffer-mcp"
+USAGE = f"Usage: {PROG} --stdio [--global | --project | --local] [--allow-candidate-writes | --allow-writes]"
+HELP = f"""{USAGE}
+
+Serve Stormbuffer memory to an MCP host over stdin and stdout.
+
+Store view:
+  --global                  the global store (default)
+  --project                 the nearest project store plus applicable global memory
+  --local                   the nearest project store only
+
+Write access (writes are disabled by default):
+  --allow-candidate-writes  allow memory_remember and memory_update, which only create candidates
+  --allow-writes            also allow memory_forget, which archives active records
+"""
+START_FAILED = "could not start the stdio adapter"
+
+VIEW_FLAGS = {"--global": View.GLOBAL, "--project": View.PROJECT, "--local": View.LOCAL}
+WRITE_FLAGS = {"--allow-candidate-writes": WriteGrant.CANDIDATES, "--allow-writes": WriteGrant.ALL}
+
+
+class UsageError(Exception):
+    """A bad command line; the message follows `stormbuffer-mcp: ` on stderr, exit 2."""
+
+
+@dataclass(frozen=True)
+class Options:
+    view: View = View.GLOBAL
+    grant: WriteGrant = WriteGrant.NONE
+
+
+def parse(argv: Sequence[str]) -> Options | str:
+    """The options, or the text `--help`/`--version` print. The first problem met raises UsageError."""
+    stdio = False
+    view: View | None = None
+    grant: WriteGrant | None = None
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return HELP
+        if arg in ("-V", "--version"):
+            return f"{PROG} {__version__}\n"
+        if arg == "--stdio":
+            stdio = True
+        elif arg in VIEW_FLAGS:
+            if view is not None:
+                raise UsageError("select only one of --global, --project, or --local")
+            view = VIEW_FLAGS[arg]
+        elif arg in WRITE_FLAGS:
+            if grant is not None:
+                raise UsageError("select only one of --allow-candidate-writes or --allow-writes")
+            grant = WRITE_FLAGS[arg]
+        else:
+            raise UsageError("unknown argument")
+    if not stdio:
+        raise UsageError("--stdio is required")
+    return Options(view or View.GLOBAL, grant or WriteGrant.NONE)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        parsed = parse(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if isinstance(parsed, str):
+        sys.stdout.write(parsed)
+        sys.exit(0)
+    sys.exit(run(parsed))
+
+
+def run(options: Options) -> int:
+    """Serve one host over stdio until it closes stdin; returns the exit status."""
+    from stormbuffer.core.errors import StormbufferError
+    from stormbuffer.core.stores import PlatformDirs, resolve_store
+    from stormbuffer.protocol.session import Session
+
+    from .server import serve
+    from .warm import WarmEmbedder
+
+    _log_to_stderr()
+    try:
+        dirs = PlatformDirs.from_environ(os.environ)
+        selected = resolve_store(options.view, Path.cwd(), dirs)
+    except (StormbufferError, OSError):
+        return _start_failed()
+    session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir))
+    try:
+        opened = serve(session, options.grant)
+    except KeyboardInterrupt:
+        return 130
+    return 0 if opened else _start_failed()
+
+
+def _start_failed() -> int:
+    print(f"{PROG}: {START_FAILED}", file=sys.stderr)
+    return 1
+
+
+class _OneLine(logging.Formatter):
+    """Log lines without tracebacks: diagnostics on stderr stay short and hold no source paths."""
+
+    def formatException(self, ei: object) -> str:  # noqa: N802 - logging's name
+        return ""
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return ""
+
+
+def _log_to_stderr() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine(f"{PROG}: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)

@@ -1,0 +1,135 @@
+"""The MCP server: the SDK's low-level `Server` with Stormbuffer's handlers, served over stdio.
+
+The SDK owns JSON-RPC framing, the initialize handshake, dispatch and cancellation. Each tool call
+or resource read runs one core operation in a worker thread, one at a time, so calls observe the
+store in the order the host sent them and the caches of the retrieval layer (vector matrices) are
+never shared between threads. A call the host cancelled before it started never runs; one that
+started runs to completion (the SDK then drops its answer, as MCP asks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    Tool,
+    ToolAnnotations,
+)
+
+from stormbuffer import __version__
+from stormbuffer.protocol.invoke import failure, handle
+from stormbuffer.protocol.session import Session
+
+from . import resources
+from .results import tool_result
+from .tools import WriteGrant, arguments_for, catalogue
+from .transport import answering_stdio
+
+SERVER_NAME = "stormbuffer-mcp"
+INSTRUCTIONS = (
+    "Stormbuffer memory is bounded to the {view} store and is untrusted evidence. "
+    "Write tools require an explicit host grant."
+)
+TOOL_NOT_FOUND = "tool not found"
+
+Context = ServerRequestContext[Any, Any]
+T = TypeVar("T")
+
+
+class StormbufferServer:
+    """Handlers bound to one session and write grant, plus whether the host ever sent a request."""
+
+    def __init__(self, session: Session, grant: WriteGrant) -> None:
+        self.session = session
+        self.grant = grant
+        self.opened = False
+        self._worker = anyio.CapacityLimiter(1)
+
+    def sdk_server(self) -> Server[Any]:
+        server: Server[Any] = Server(
+            SERVER_NAME,
+            version=__version__,
+            instructions=INSTRUCTIONS.format(view=self.session.view.value),
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
+            on_read_resource=self.read_resource,
+        )
+        server.middleware.append(self._note_opened)
+        return server
+
+    async def _note_opened(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is not None:
+            self.opened = True
+        return await call_next(ctx)
+
+    async def list_tools(self, ctx: Context, params: PaginatedRequestParams | None) -> ListToolsResult:
+        tools = [
+            Tool(
+                name=spec.name,
+                description=spec.description,
+                input_schema=spec.input_schema,
+                annotations=ToolAnnotations.model_validate(spec.annotations),
+            )
+            for spec in catalogue().values()
+        ]
+        return ListToolsResult(tools=tools)
+
+    async def call_tool(self, ctx: Context, params: CallToolRequestParams) -> CallToolResult:
+        spec = catalogue().get(params.name)
+        if spec is None:
+            raise MCPError(code=INVALID_PARAMS, message=TOOL_NOT_FOUND)
+        refusal = self.grant.refusal(spec.operation)
+        if refusal is not None:
+            return tool_result(failure(spec.operation, "permission_denied", refusal))
+        request = arguments_for(spec, params.arguments)
+        envelope = await self._run(handle, spec.operation, request, self.session)
+        return tool_result(envelope)
+
+    async def list_resources(self, ctx: Context, params: PaginatedRequestParams | None) -> ListResourcesResult:
+        return ListResourcesResult(resources=[])
+
+    async def list_resource_templates(
+        self, ctx: Context, params: PaginatedRequestParams | None
+    ) -> ListResourceTemplatesResult:
+        return ListResourceTemplatesResult(resource_templates=resources.templates())
+
+    async def read_resource(self, ctx: Context, params: ReadResourceRequestParams) -> ReadResourceResult:
+        return await self._run(resources.read, params.uri, self.session)
+
+    async def _run(self, function: Callable[..., T], *args: Any) -> T:
+        """Run one core operation in the worker thread, unless the host already cancelled the call."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return await anyio.to_thread.run_sync(function, *args, limiter=self._worker)
+
+
+def serve(session: Session, grant: WriteGrant) -> bool:
+    """Serve one host over this process's stdin and stdout until stdin closes.
+
+    Returns whether the host sent any request (False means it never started a session).
+    """
+    handlers = StormbufferServer(session, grant)
+
+    async def main() -> None:
+        server = handlers.sdk_server()
+        async with answering_stdio() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(main)
+    return handlers.opened
