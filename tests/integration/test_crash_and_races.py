@@ -92,7 +92,7 @@ def test_two_processes_racing_each_write_lands_whole_or_is_refused(tmp_path: Pat
         landed, refused = landed + ok, refused + busy
     assert landed + refused == 120 and landed > 0
     _assert_consistent(repo)
-    assert len(repo.list(include_inactive=True)) == landed
+    assert len(repo.records(include_inactive=True)) == landed
     assert not list(repo.paths.records.glob(".*.tmp"))
 
 
@@ -101,7 +101,7 @@ def test_a_held_lock_refuses_the_other_process_at_once(tmp_path: Path) -> None:
     with exclusive_lock(repo.paths.mutation_lock):
         out, err = _writer(tmp_path, "late", 3).communicate(timeout=60)
     assert out.split() == ["0", "3"], err
-    assert repo.list(include_inactive=True) == []
+    assert repo.records(include_inactive=True) == []
 
 
 def test_writer_killed_at_random_moments_leaves_a_consistent_store(tmp_path: Path) -> None:
@@ -115,4 +115,4 @@ def test_writer_killed_at_random_moments_leaves_a_consistent_store(tmp_path: Pat
         # The next reader finishes any interrupted supersession, then everything parses.
         _assert_consistent(repo)
         assert not repo.paths.journal.exists()
-    assert len(repo.list(include_inactive=True)) > 0
+    assert len(repo.records(include_inactive=True)) > 0

@@ -37,7 +37,7 @@ def draft(repo: Repository, title: str = "Deploys need a green build", body: str
 
 
 def statuses(repo: Repository) -> dict[str, str]:
-    return {record.id: record.status for record in repo.list(include_inactive=True)}
+    return {record.id: record.status for record in repo.records(include_inactive=True)}
 
 
 def test_agent_proposal_then_approval(repo: Repository) -> None:
@@ -181,5 +181,5 @@ def test_uninitialized_store_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(NotInitialized):
         repo.add(record)
     with pytest.raises(NotInitialized):
-        repo.list()
+        repo.records()
     assert not (tmp_path / ".sbuf").exists()

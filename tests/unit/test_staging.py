@@ -138,7 +138,7 @@ def test_a_reader_rolls_an_interrupted_import_forward(repo: Repository) -> None:
             (repo.paths.records / f"{pending.id}.md", None, markdown(pending), False),
         ],
     )
-    listed = {item.id: item.body for item in repo.list(include_inactive=True)}
+    listed = {item.id: item.body for item in repo.records(include_inactive=True)}
     assert listed == {done.id: done.body, kept.id: overwritten.body, pending.id: pending.body}
     assert not repo.paths.import_journal.exists()
     assert sorted(path.name for path in repo.paths.records.iterdir()) == sorted(
@@ -151,7 +151,7 @@ def test_a_locked_operation_recovers_first(repo: Repository) -> None:
     interrupted(repo, [(repo.paths.records / f"{staged.id}.md", None, markdown(staged), False)])
     another = record(repo, body="Added after recovery.\n")
     repo.add(another)
-    assert {item.id for item in repo.list()} == {staged.id, another.id}
+    assert {item.id for item in repo.records()} == {staged.id, another.id}
     assert not repo.paths.import_journal.exists()
 
 
@@ -232,7 +232,7 @@ def test_the_supersession_journal_still_rolls_forward(repo: Repository) -> None:
         "new_after": render_markdown(new),
     }
     repo.paths.journal.write_text(tomli_w.dumps(table))
-    assert {item.id: item.status for item in repo.list(include_inactive=True)} == {
+    assert {item.id: item.status for item in repo.records(include_inactive=True)} == {
         old.id: "superseded",
         new.id: "active",
     }

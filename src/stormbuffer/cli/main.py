@@ -139,8 +139,6 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
     except click.Abort:
         click.echo("error: cancelled", err=True)
         sys.exit(1)

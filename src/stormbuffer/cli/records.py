@@ -381,6 +381,6 @@ def show(record_id: str) -> None:
 def list_records(include_all: bool) -> None:
     repository = Repository(selected_store())
     with failing("could not list records"):
-        records = repository.list(include_inactive=include_all)
+        records = repository.records(include_inactive=include_all)
     for record in records:
         click.echo(f"{record.id}\t{record.status}\t{record.kind}\t{record.scope}\t{one_line(record.title)}")

@@ -133,7 +133,7 @@ class Repository:
             raise AccessDenied(record_id)
         return item
 
-    def list(self, include_inactive: bool = False) -> list[Record]:
+    def records(self, include_inactive: bool = False) -> list[Record]:
         records = [item.record for item in self.scan()]
         if not include_inactive:
             records = [record for record in records if record.status == "active"]

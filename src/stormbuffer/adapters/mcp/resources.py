@@ -93,7 +93,7 @@ def _scope_records(scope: str, session: Session) -> list[dict[str, Any]]:
         (
             record
             for store in stores
-            for record in Repository(store).list()
+            for record in Repository(store).records()
             if record.scope == scope and record.access == AGENT
         ),
         key=lambda record: record.id,
