@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
+from ..core import usage
 from ..core.ids import new_record_id, parse_record_id
 from ..core.records import KIND_REASON, KINDS, STATUSES, Record, Source
 from ..core.repository import Repository, must_be
@@ -176,7 +174,10 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
 
     index = describe(paths)
     return {
-        "disk_usage": {"canonical_bytes": _canonical_bytes(paths), "disposable_bytes": _disposable_bytes(paths)},
+        "disk_usage": {
+            "canonical_bytes": usage.canonical_bytes(paths),
+            "disposable_bytes": usage.disposable_bytes(paths),
+        },
         "embedding_version": index["embedding_version"],
         "index_version": index["index_version"],
         "initialized": config is not None,
@@ -190,40 +191,6 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "view": cli.view.description,
         "visibility": config.visibility if config else None,
     }
-
-
-def _file_bytes(path: Path) -> int:
-    """The size of a regular file (symlinks and missing files count as nothing)."""
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return 0
-    return info.st_size if stat.S_ISREG(info.st_mode) else 0
-
-
-def _tree_bytes(directory: Path) -> int:
-    total = 0
-    for parent, _dirs, files in os.walk(directory):
-        total += sum(_file_bytes(Path(parent, name)) for name in files)
-    return total
-
-
-def _canonical_bytes(paths: StorePaths) -> int:
-    return _file_bytes(paths.config_file) + _tree_bytes(paths.records)
-
-
-def _disposable_bytes(paths: StorePaths) -> int:
-    """Projection files (database, its journals and vectors, the projection lock) plus `tmp/`, `logs/`, `locks/`."""
-    from ..index.projection import existing_index_path
-
-    total = sum(_tree_bytes(paths.root / name) for name in ("tmp", "logs", "locks"))
-    index_path = existing_index_path(paths)
-    index_dir = index_path.parent if index_path else paths.root if paths.kind == "project" else paths.cache_dir
-    if index_dir.is_dir():
-        for entry in index_dir.iterdir():
-            if entry.name.startswith(paths.index_name) or entry.name == "projection.lock":
-                total += _file_bytes(entry)
-    return total
 
 
 # ---- writing records ----------------------------------------------------------------------------
