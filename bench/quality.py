@@ -1,0 +1,268 @@
+"""Retrieval quality on public data: LongMemEval-S (100-question dev subset) and BEIR SciFact.
+
+Reads ../shared/bench (relative to the project root; `--data` overrides), checks every file
+against SHA256SUMS first, builds real stores in a temporary directory and runs each query through
+`stormbuffer.retrieval.search` in three modes: lexical, semantic (vector only) and hybrid.
+
+LongMemEval-S: one store per question, one record per turn (kind fact; title = session date +
+role; body = the turn; source `conversation`, reference `<label>#<turn>`, actor = role). A
+session's label is an opaque hash of question id + session id; the label → session mapping stays
+in this script, because raw evidence-session ids start with `answer_` and would leak the answer
+to lexical search. Answerable questions only (`_abs` questions are skipped). Metrics on the
+ranked distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in
+the top k), fractional recall@{5,10} (share of evidence sessions covered), and NDCG@10 and MRR
+over the distinct sessions of those records (binary relevance).
+
+SciFact (test split, 300 queries): one record per abstract (title → title, text → body).
+NDCG@10 (graded by qrels) and Recall@100 over distinct records.
+
+Vectors come from the real model; a benchmark-side cache keyed by text avoids embedding the same
+text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/results/quality.json.
+
+Usage: python bench/quality.py [--data DIR] [--work DIR] [--only longmemeval|scifact] [--questions N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from embedding_cache import CachingEmbedder  # noqa: E402
+
+from stormbuffer.core.codec import render_markdown
+from stormbuffer.core.records import Record, Source
+from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, record_scope, resolve_store
+from stormbuffer.core.timestamps import Timestamp
+from stormbuffer.embedding import acquire_model, load_embedder
+from stormbuffer.index.sync import sync_store
+from stormbuffer.retrieval import SearchOptions, search
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).parent / "results" / "quality.json"
+MODES = ("lexical", "semantic", "hybrid")
+CREATED = Timestamp.parse("2024-01-01T00:00:00Z")
+NAMESPACE = uuid.UUID("6c1e5a4e-8f7b-4c1d-9a51-3f2b0c9d7e11")
+
+
+def verify_checksums(data: Path) -> None:
+    """Stop unless every file listed in SHA256SUMS has the pinned sha256."""
+    for line in (data / "SHA256SUMS").read_text().splitlines():
+        if not line.strip():
+            continue
+        expected, name = line.split(maxsplit=1)
+        digest = hashlib.sha256((data / name).read_bytes()).hexdigest()
+        if digest != expected:
+            raise SystemExit(f"checksum mismatch for {name}")
+
+
+@contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    if not sys.stderr.isatty():
+        yield lambda done: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bars:
+        task = bars.add_task(label, total=total)
+        yield lambda done: bars.update(task, completed=done)
+
+
+def new_store(base: Path) -> StorePaths:
+    (base / "project").mkdir(parents=True, exist_ok=True)
+    paths = resolve_store(View.PROJECT, base / "project", PlatformDirs(base / "data", base / "cache"))
+    initialize_store(paths)
+    return paths
+
+
+def write_records(paths: StorePaths, records: Iterable[Record]) -> None:
+    for record in records:
+        (paths.records / f"{record.id}.md").write_text(render_markdown(record), encoding="utf-8")
+
+
+def record(key: str, scope: str, title: str, body: str, source: Source) -> Record:
+    title = " ".join(title.split())[:200].strip() or "untitled"
+    return Record(id=str(uuid.uuid5(NAMESPACE, key)), title=title, kind="fact", scope=scope, status="active",
+                  access="agent", created_at=CREATED, updated_at=CREATED, sources=(source,), body=body)  # fmt: skip
+
+
+def ranked_records(paths: StorePaths, query: str, mode: str, embedder: Any, depth: int) -> list[str]:
+    """Distinct record ids, best first (lexical mode can return several chunks of one record)."""
+    hits = search([paths], query, SearchOptions(limit=100, mode=mode), embedder=embedder)
+    return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
+
+
+def ndcg(ranked: list[str], gains: dict[str, float], k: int) -> float:
+    dcg = sum(gains.get(item, 0.0) / math.log2(rank + 2) for rank, item in enumerate(ranked[:k]))
+    ideal = sorted(gains.values(), reverse=True)[:k]
+    best = sum(gain / math.log2(rank + 2) for rank, gain in enumerate(ideal))
+    return dcg / best if best else 0.0
+
+
+def mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 4) if values else 0.0
+
+
+# ---- LongMemEval ---------------------------------------------------------------------------------
+
+
+def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None) -> dict[str, Any]:
+    items = json.loads(gzip.decompress((data / "longmemeval" / "longmemeval_s.subset100.seed0.json.gz").read_bytes()))
+    answerable = [item for item in items if not item["question_id"].endswith("_abs")][:questions]
+    scores: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+    started = time.perf_counter()
+    with progress_bar("LongMemEval questions", len(answerable)) as bar:
+        for done, item in enumerate(answerable, 1):
+            paths = new_store(work / "longmemeval" / item["question_id"])
+            session_of = build_longmemeval_store(paths, item)
+            sync_store(paths, embedder)
+            evidence = set(item["answer_session_ids"])
+            for mode in MODES:
+                ranked = ranked_records(paths, item["question"], mode, embedder, 10)
+                for name, value in session_metrics([session_of[r] for r in ranked], evidence).items():
+                    scores[mode].setdefault(name, []).append(value)
+            bar(done)
+    return {
+        "questions": len(answerable),
+        "seconds": round(time.perf_counter() - started, 1),
+        "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
+    }
+
+
+def build_longmemeval_store(paths: StorePaths, item: dict[str, Any]) -> dict[str, str]:
+    """Write one record per turn; returns record id → session id (kept outside the store)."""
+    scope = record_scope(paths)
+    session_of: dict[str, str] = {}
+    records = []
+    for session_id, date, turns in zip(item["haystack_session_ids"], item["haystack_dates"],
+                                       item["haystack_sessions"], strict=True):  # fmt: skip
+        label = hashlib.sha256(f"{item['question_id']}\n{session_id}".encode()).hexdigest()[:12]
+        for number, turn in enumerate(turns):
+            if not turn["content"].strip():
+                continue
+            source = Source("conversation", f"{label}#{number}", turn["role"])
+            made = record(f"{label}#{number}", scope, f"{date} {turn['role']}", turn["content"], source)
+            session_of[made.id] = session_id
+            records.append(made)
+    write_records(paths, records)
+    return session_of
+
+
+def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]:
+    distinct = list(dict.fromkeys(sessions))
+    first = next((rank for rank, session in enumerate(distinct, 1) if session in evidence), None)
+    metrics = {f"recall_any@{k}": float(any(s in evidence for s in sessions[:k])) for k in (1, 5, 10)}
+    metrics |= {f"recall@{k}": len(evidence & set(sessions[:k])) / len(evidence) for k in (5, 10)}
+    metrics["ndcg@10"] = ndcg(distinct, dict.fromkeys(evidence, 1.0), 10)
+    metrics["mrr"] = 1.0 / first if first else 0.0
+    return metrics
+
+
+# ---- SciFact ---------------------------------------------------------------------------------------
+
+
+def scifact(data: Path, work: Path, embedder: Any) -> dict[str, Any]:
+    folder = data / "scifact"
+    corpus = [json.loads(line) for line in gzip.decompress((folder / "corpus.jsonl.gz").read_bytes()).splitlines()]
+    queries = {str(q["_id"]): q["text"] for q in map(json.loads, (folder / "queries.jsonl").read_text().splitlines())}
+    qrels: dict[str, dict[str, float]] = {}
+    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query_id, doc_id, score = line.split("\t")
+        qrels.setdefault(query_id, {})[doc_id] = float(score)
+    paths = new_store(work / "scifact")
+    scope = record_scope(paths)
+    doc_of: dict[str, str] = {}
+    records = []
+    for doc in corpus:
+        doc_id = str(doc["_id"])
+        body = doc["text"].strip() or doc["title"].strip() or doc_id
+        made = record(f"scifact:{doc_id}", scope, doc["title"] or doc_id, body + "\n",
+                      Source("document", f"scifact:{doc_id}", "dataset"))  # fmt: skip
+        doc_of[made.id] = doc_id
+        records.append(made)
+    write_records(paths, records)
+    started = time.perf_counter()
+    with progress_bar("SciFact: indexing and embedding", 1) as bar:
+        sync_store(paths, embedder)
+        bar(1)
+    index_seconds = time.perf_counter() - started
+    scores: dict[str, dict[str, list[float]]] = {mode: {"ndcg@10": [], "recall@100": []} for mode in MODES}
+    with progress_bar("SciFact queries", len(qrels)) as bar:
+        for done, (query_id, relevant) in enumerate(sorted(qrels.items()), 1):
+            for mode in MODES:
+                ranked = [doc_of[r] for r in ranked_records(paths, queries[query_id], mode, embedder, 100)]
+                scores[mode]["ndcg@10"].append(ndcg(ranked, relevant, 10))
+                scores[mode]["recall@100"].append(len(set(ranked) & set(relevant)) / len(relevant))
+            bar(done)
+    return {
+        "documents": len(corpus),
+        "queries": len(qrels),
+        "index_seconds": round(index_seconds, 1),
+        "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
+    }
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = []
+    for dataset, result in results.items():
+        metrics = result["metrics"]
+        names = list(metrics["hybrid"])
+        lines.append(
+            f"{dataset}: " + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at"))
+        )
+        lines.append(f"{'mode':<10}" + "".join(f"{name:>15}" for name in names))
+        for mode in MODES:
+            lines.append(f"{mode:<10}" + "".join(f"{metrics[mode][name]:>15.4f}" for name in names))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench")
+    parser.add_argument("--work", type=Path, help="directory for stores and the embedding cache")
+    parser.add_argument("--only", choices=("longmemeval", "scifact"))
+    parser.add_argument("--questions", type=int, help="use only the first N answerable LongMemEval questions")
+    args = parser.parse_args()
+    verify_checksums(args.data)
+    work = args.work or Path(tempfile.mkdtemp(prefix="stormbuffer-quality-"))
+    cache_dir = work / "model-cache"
+    acquire_model(cache_dir)
+    embedder = CachingEmbedder(load_embedder(cache_dir), work / "embeddings.sqlite3")
+    results: dict[str, Any] = {}
+    if args.only in (None, "scifact"):
+        results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder)
+    if args.only in (None, "longmemeval"):
+        results["longmemeval"] = longmemeval(args.data, work / f"run-{os.getpid()}", embedder, args.questions)
+    print(table(results))
+    for dataset in results:
+        results[dataset]["generated_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    earlier = json.loads(RESULTS.read_text())["results"] if RESULTS.is_file() else {}
+    report = {
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "model": {"id": embedder.model_id, "version": embedder.model_version},
+        "results": earlier | results,  # a run of one dataset keeps the other's latest results
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""Index and retrieval commands: sync, watch, reindex, doctor, gc, search and context.
+
+Retrieval loads the local embedding model when it is ready and otherwise falls back to lexical
+matching (the context receipt says why); it never downloads anything. `reindex` without a usable
+model still rebuilds the lexical index: it prints a warning and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import click
+
+from ..core.stores import StorePaths, retrieval_stores
+from .context import current
+from .failures import fail_on_invalid_records, failing
+from .main import command
+from .records import selected_store
+from .text import one_line
+
+if TYPE_CHECKING:
+    from ..embedding import Embedder
+    from ..index.sync import Progress, SyncReport
+
+MIN_WATCH_INTERVAL_MS = 50
+PROGRESS_THRESHOLD = 50  # files or texts below which no progress bar is drawn
+
+
+def _initialized_store(context: str) -> StorePaths:
+    from ..core.stores import record_scope
+
+    paths = selected_store()
+    with failing(context):
+        record_scope(paths)
+    return paths
+
+
+def _embedder(paths: StorePaths) -> tuple[Embedder | None, str | None]:
+    from ..retrieval import open_embedder
+
+    return open_embedder(paths.cache_dir)
+
+
+def _print_counts(report: SyncReport) -> None:
+    for name, value in (("Indexed", report.indexed), ("Skipped", report.skipped), ("Removed", report.removed),
+                        ("Invalid", len(report.invalid_files)), ("Embedded", report.embedded)):  # fmt: skip
+        click.echo(current().out().field(name, str(value)))
+
+
+# ---- sync, watch, reindex ---------------------------------------------------------------------
+
+
+@command("sync", help="Reconcile canonical Markdown with the disposable index.")
+def sync() -> None:
+    from ..index.sync import sync_store
+
+    paths = _initialized_store("could not sync the index")
+    embedder, _reason = _embedder(paths)
+    with _progress() as progress, failing("could not sync the index"):
+        report = sync_store(paths, embedder, progress=progress)
+    _print_counts(report)
+    if report.vector_failure is not None:
+        click.echo("warning: the embedding model failed; semantic vectors were not refreshed", err=True)
+    fail_on_invalid_records(report.invalid_files)
+
+
+@command("watch", help="Watch for canonical Markdown changes.")
+@click.option("--once", is_flag=True, help="Run one reconciliation cycle and exit.")
+@click.option("--interval-ms", type=int, default=500, show_default=True, help="Delay between cycles (at least 50).")
+def watch(once: bool, interval_ms: int) -> None:
+    """Without --once, syncs until interrupted; Ctrl-C ends it quietly (exit 0)."""
+    from ..core.errors import IndexBusy
+    from ..index.sync import sync_store
+
+    paths = _initialized_store("could not watch the store")
+    embedder, _reason = _embedder(paths)
+    interval = max(interval_ms, MIN_WATCH_INTERVAL_MS) / 1000
+    if once:
+        with failing("could not sync the index"):
+            report = sync_store(paths, embedder)
+        click.echo(current().out().field("Watch cycles", "1"))
+        fail_on_invalid_records(report.invalid_files)
+        return
+    reported: list[tuple[str, str]] = []
+    try:
+        while True:
+            with failing("could not sync the index"):
+                try:
+                    report = sync_store(paths, embedder)
+                except IndexBusy:  # another process is syncing this store: try again next cycle
+                    time.sleep(interval)
+                    continue
+            if report.invalid_files != reported:
+                for name, reason in report.invalid_files:
+                    click.echo(f"warning: invalid canonical record {name}: {reason}", err=True)
+                reported = report.invalid_files
+            time.sleep(interval)
+    except KeyboardInterrupt:  # Ctrl-C is how watching ends
+        return
+
+
+@command("reindex", help="Rebuild the disposable index.")
+def reindex() -> None:
+    from ..index.sync import reindex_store
+
+    paths = _initialized_store("could not rebuild the index")
+    embedder, reason = _embedder(paths)
+    with _progress() as progress, failing("could not rebuild the index"):
+        report = reindex_store(paths, embedder, progress=progress)
+    out = current().out()
+    click.echo(out.field("Reindexed", str(report.indexed)))
+    if embedder is not None and report.vector_failure is None:
+        click.echo(out.field("Semantic index", f"rebuilt ({embedder.model_version})"))
+    else:
+        why = "the embedding model failed" if embedder is not None else f"the local model is not ready ({reason})"
+        click.echo(f"warning: semantic index unavailable: {why}; the lexical index was rebuilt; "
+                   "run `sbuf init`, then `sbuf reindex`", err=True)  # fmt: skip
+    fail_on_invalid_records(report.invalid_files)
+
+
+@contextmanager
+def _progress() -> Iterator[Progress | None]:
+    """Progress bars on a terminal's stderr with records, chunks and embeddings per second; None otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    started = time.monotonic()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bars:
+        tasks: dict[str, TaskID] = {}
+
+        def update(phase: str, done: int, total: int, report: SyncReport) -> None:
+            if total < PROGRESS_THRESHOLD:
+                return
+            elapsed = max(time.monotonic() - started, 1e-6)
+            rate = {
+                "scanning": f"{done / elapsed:,.0f} files/s",
+                "indexing": f"{report.indexed / elapsed:,.0f} records/s, {report.chunks / elapsed:,.0f} chunks/s",
+                "embedding": f"{report.embedded / elapsed:,.0f} embeddings/s",
+            }[phase]
+            if phase not in tasks:
+                tasks[phase] = bars.add_task(phase.capitalize(), total=total, rate="")
+            bars.update(tasks[phase], completed=done, total=total, rate=rate)
+
+        yield update
+
+
+# ---- doctor, gc ---------------------------------------------------------------------------------
+
+
+@command("doctor", help="Diagnose canonical data and projections.")
+@click.option("--repair", is_flag=True, help="Repair only disposable state with one unambiguous recovery path.")
+def doctor(repair: bool) -> None:
+    from ..index.doctor import doctor_store, repair_store
+
+    paths = selected_store()
+    out = current().out()
+    repaired: list[str] = []
+    with failing("could not diagnose the store"):
+        if repair:
+            result = repair_store(paths)
+            diagnosis, repaired = result.diagnosis, result.repaired
+        else:
+            diagnosis = doctor_store(paths)
+    click.echo(out.field("Store", paths.kind))
+    click.echo(out.field("Index", out.path(str(diagnosis.index_path))))
+    ready = out.success("ready") if diagnosis.semantic_model_ready else out.warning("lexical fallback")
+    click.echo(out.field("Semantic retrieval", ready))
+    for action in repaired:
+        click.echo(f"{out.success('Repaired')}: {one_line(action)}")
+    if not diagnosis.issues:
+        click.echo(out.field("Status", out.success("healthy")))
+        return
+    summary = f"{diagnosis.failures} failure(s), {diagnosis.warnings} warning(s)"
+    click.echo(out.field("Status", out.failure(summary) if diagnosis.failures else out.warning(summary)))
+    click.echo()
+    for issue in diagnosis.issues:
+        severity = out.failure(issue.severity) if issue.severity == "failure" else out.warning(issue.severity)
+        click.echo(f"{severity}: {one_line(issue.message)}")
+        click.echo(f"  {out.label('Repair')}: {issue.repair}")
+    if diagnosis.failures:
+        raise click.exceptions.Exit(1)
+
+
+@command("gc", help="Remove disposable cache, projection, lock, and temporary data.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed without removing it.")
+@click.option("--models", "include_models", is_flag=True,
+              help="Also remove the embedding model cache, which every store on this machine shares.")  # fmt: skip
+def gc(dry_run: bool, include_models: bool) -> None:
+    from ..index.gc import gc_store
+
+    paths = selected_store()
+    with failing("could not collect disposable data"):
+        report = gc_store(paths, dry_run=dry_run, include_models=include_models)
+    out = current().out()
+    if dry_run:
+        click.echo(out.field("Reclaimable", f"{len(report.candidates)} files, {report.reclaimed_bytes} bytes"))
+    else:
+        click.echo(out.field("Reclaimed", f"{report.removed} files, {report.reclaimed_bytes} bytes"))
+    for label, size in report.candidates:
+        click.echo(f"{out.path(label)}\t{size} bytes")
+
+
+# ---- search, context ----------------------------------------------------------------------------
+
+
+def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | None]:
+    """The view's stores synced (with vectors when the model is ready) and the semantic fallback reason;
+    exits 1 after one line per invalid record."""
+    from ..retrieval import prepare_stores
+
+    cli = current()
+    paths = _initialized_store(context)
+    with failing(context):
+        stores = retrieval_stores(cli.view, paths, cli.dirs())
+    embedder, reason = _embedder(paths)
+    with failing(context):
+        prepared = prepare_stores(stores, embedder)
+    fail_on_invalid_records(
+        [(name if store == paths else f"{name} (global store)", why) for store, name, why in prepared.invalid_files]
+    )
+    return stores, embedder, prepared.fallback or reason
+
+
+@command("search", help="Search indexed memories.")
+@click.argument("query")
+@click.option("--limit", type=int, default=20, show_default=True, help="Maximum number of results to return.")
+@click.option("--all", "include_all", is_flag=True, help="Include candidate, superseded, and archived records.")
+@click.option("--json", "as_json", is_flag=True, help="Emit a JSON array instead of human-readable result cards.")
+def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
+    from ..retrieval import SearchOptions
+    from ..retrieval import search as run_search
+
+    cli = current()
+    cli.machine_mode = as_json
+    stores, embedder, fallback = _prepared("could not search memories")
+    options = SearchOptions(limit=limit, include_inactive=include_all)
+    with failing("could not search memories"):
+        hits = run_search(stores, query, options, embedder=embedder, fallback=fallback)
+    if as_json:
+        click.echo(json.dumps([hit.to_json(with_path=True) for hit in hits], indent=2, ensure_ascii=False))
+        return
+    out = cli.out()
+    cards = []
+    for hit in hits:
+        source = hit.sources[0]["reference"] if hit.sources else ""
+        cards.append("\n".join([
+            out.success(one_line(hit.title)),
+            f"  {out.field('ID', hit.record_id)}",
+            f"  {out.field('Kind', hit.kind)}  {out.field('Scope', hit.scope)}",
+            f"  {one_line(hit.excerpt)}",
+            f"  {out.field('Source', one_line(source))}",
+            f"  {out.field('Path', out.path(one_line(hit.path)))}",
+            f"  {out.field('Score', f'{hit.score:.4f} ({one_line(hit.lexical_match_reason)})')}",
+        ]))  # fmt: skip
+    if cards:
+        click.echo("\n\n".join(cards))
+
+
+@command("context", help="Compile bounded context from indexed memories.")
+@click.argument("query")
+@click.option("--budget", type=int, default=512, show_default=True,
+              help="Maximum whitespace-delimited tokens in the evidence blocks.")  # fmt: skip
+@click.option("--limit", type=int, default=20, show_default=True, help="Maximum number of blocks.")
+@click.option("--all", "include_all", is_flag=True, help="Include candidate, superseded, and archived records.")
+def context(query: str, budget: int, limit: int, include_all: bool) -> None:
+    from ..retrieval import ContextOptions, SearchOptions
+    from ..retrieval import context as compile_context
+
+    current().machine_mode = True
+    stores, embedder, fallback = _prepared("could not compile context")
+    options = ContextOptions(budget=budget, search=SearchOptions(limit=limit, include_inactive=include_all))
+    with failing("could not compile context"):
+        result = compile_context(stores, query, options, embedder=embedder, fallback=fallback)
+    click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))

@@ -1,0 +1,260 @@
+"""Diagnosing a store, and repairing what is disposable.
+
+`doctor_store` reads everything and changes nothing. `repair_store` never touches Markdown or
+`store.toml`: when the canonical data is sound it rebuilds the projection if the diagnosis found
+a projection problem, and removes stale disposable files (lock files other than the mutation lock
+and journals, everything under `tmp/`, leftover temporaries and unused vector files beside the
+projection). Symlinks are neither followed nor removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.codec import parse_markdown
+from ..core.errors import IndexUnavailable, NotInitialized, RecordError, StoreError
+from ..core.stores import StorePaths, record_scope
+from . import projection as pj
+from . import vectors as vector_files
+from .sync import scan_files
+
+REPAIR_SYNC = "run `sbuf sync`"
+REPAIR_REINDEX = "run `sbuf reindex`"
+REPAIR_DOCTOR = "run `sbuf doctor --repair`"
+REPAIR_MODEL = "run `sbuf init` to prepare and verify the local model"
+MODEL_NOT_READY = "semantic retrieval is not ready; search is using lexical matching only"
+KEPT_LOCK_FILES = ("mutation.lock",)
+
+
+@dataclass(frozen=True)
+class Issue:
+    severity: str  # "failure" | "warning"
+    kind: str  # "canonical" | "projection" | "model" | "disposable"
+    message: str
+    repair: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"severity": self.severity, "message": self.message, "repair": self.repair}
+
+
+@dataclass
+class Diagnosis:
+    index_path: Path
+    semantic_model_ready: bool = False
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def failures(self) -> int:
+        return sum(issue.severity == "failure" for issue in self.issues)
+
+    @property
+    def warnings(self) -> int:
+        return sum(issue.severity == "warning" for issue in self.issues)
+
+    def has(self, kind: str, severity: str | None = None) -> bool:
+        return any(issue.kind == kind and severity in (None, issue.severity) for issue in self.issues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index_path": str(self.index_path),
+            "semantic_model_ready": self.semantic_model_ready,
+            "failures": self.failures,
+            "warnings": self.warnings,
+            "issues": [issue.to_json() for issue in self.issues],
+        }
+
+
+@dataclass
+class RepairReport:
+    diagnosis: Diagnosis
+    repaired: list[str]
+
+
+def doctor_store(paths: StorePaths) -> Diagnosis:
+    """Diagnose canonical data, the projection, the model and disposable leftovers."""
+    index_path = pj.existing_index_path(paths) or _planned_index_path(paths)
+    diagnosis = Diagnosis(index_path)
+    issues = diagnosis.issues
+    if not paths.is_initialized():
+        issues.append(Issue("failure", "canonical", "the selected store is not initialized",
+                            "run `sbuf init` (or `sbuf --project init`)"))  # fmt: skip
+        return diagnosis
+    if not paths.records.is_dir():
+        issues.append(Issue("failure", "canonical", "the canonical records directory is missing",
+                            "restore the records directory or initialize the store again"))  # fmt: skip
+        return diagnosis
+    try:
+        scope = record_scope(paths)
+    except (StoreError, NotInitialized) as exc:
+        issues.append(Issue("failure", "canonical", f"canonical store metadata is invalid: {exc}",
+                            "repair store.toml, then run `sbuf doctor`"))  # fmt: skip
+        return diagnosis
+    try:
+        files = scan_files(paths)
+    except (OSError, StoreError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        issues.append(Issue("failure", "canonical", f"canonical records could not be scanned: {reason}",
+                            "restore access to the records directory, then run `sbuf doctor`"))  # fmt: skip
+        return diagnosis
+    valid = _check_records(paths, scope, sorted(files), issues)
+    model_problems = _model_problems(paths)
+    diagnosis.semantic_model_ready = not model_problems
+    _check_projection(paths, diagnosis, valid)
+    if model_problems:
+        issues.append(Issue("warning", "model", MODEL_NOT_READY, REPAIR_MODEL))
+    for path in stale_disposable_files(paths, diagnosis.index_path):
+        issues.append(Issue("warning", "disposable", f"stale disposable metadata remains at {_label(paths, path)}",
+                            REPAIR_DOCTOR))  # fmt: skip
+    return diagnosis
+
+
+def repair_store(paths: StorePaths) -> RepairReport:
+    """Repair disposable state when the canonical data allows one unambiguous recovery."""
+    from ..core.repository import Repository
+    from ..retrieval.prepare import open_embedder
+    from .sync import reindex_store
+
+    diagnosis = doctor_store(paths)
+    if diagnosis.has("canonical", "failure"):
+        return RepairReport(diagnosis, [])
+    repaired: list[str] = []
+    with Repository(paths).locked():
+        diagnosis = doctor_store(paths)
+        if diagnosis.has("projection"):
+            embedder = open_embedder(paths.cache_dir)[0] if diagnosis.semantic_model_ready else None
+            reindex_store(paths, embedder)
+            repaired.append("rebuilt the disposable search projection")
+        for path in stale_disposable_files(paths, pj.existing_index_path(paths) or diagnosis.index_path):
+            path.unlink(missing_ok=True)
+            repaired.append(f"removed stale disposable metadata {_label(paths, path)}")
+    return RepairReport(doctor_store(paths), repaired)
+
+
+def _planned_index_path(paths: StorePaths) -> Path:
+    """Where the projection would be created, computed without creating anything."""
+    directory = paths.root if paths.kind == "project" else paths.cache_dir
+    return directory / paths.index_name
+
+
+def _check_records(paths: StorePaths, scope: str, names: list[str], issues: list[Issue]) -> dict[str, tuple[str, str]]:
+    """Parse every record; returns store-relative path → (record id, sha256) of the valid ones."""
+    first_seen: dict[str, str] = {}
+    valid: dict[str, tuple[str, str]] = {}
+    for name in names:
+        try:
+            data = (paths.root / name).read_bytes()
+            record = parse_markdown(data, name.rsplit("/", 1)[-1])
+        except (OSError, RecordError) as exc:
+            reason = exc.detail if isinstance(exc, RecordError) else (exc.strerror or type(exc).__name__)
+            issues.append(Issue("failure", "canonical", f"canonical record {name} is invalid: {reason}",
+                                "repair the Markdown, then run `sbuf sync`"))  # fmt: skip
+            continue
+        if record.scope != scope:
+            issues.append(Issue("failure", "canonical", f"canonical record {name} is outside the selected store scope",
+                                "correct the record scope, then run `sbuf sync`"))  # fmt: skip
+        elif record.id in first_seen:
+            issues.append(Issue("failure", "canonical",
+                                f"canonical record {name} duplicates the ID first seen at {first_seen[record.id]}",
+                                "give each record a unique ID, then run `sbuf sync`"))  # fmt: skip
+        else:
+            first_seen[record.id] = name
+            valid[name] = (record.id, hashlib.sha256(data).hexdigest())
+    return valid
+
+
+def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, tuple[str, str]]) -> None:
+    from sqlalchemy import select
+
+    from . import fts
+
+    issues = diagnosis.issues
+    path = pj.existing_index_path(paths)
+    if path is None:
+        issues.append(Issue("warning", "projection", "the SQLite projection is missing", REPAIR_REINDEX))
+        return
+    try:
+        with pj.reading(path) as conn:
+            t = pj.tables()
+            projected = {row.path: row for row in conn.execute(select(t.records))}
+            settings = pj.get_settings(conn)
+            broken_fts = fts.integrity_problem(conn)
+            unembedded = conn.exec_driver_sql(
+                "SELECT count(*) FROM chunks WHERE embed_hash NOT IN (SELECT embed_hash FROM vectors)"
+            ).scalar()
+    except IndexUnavailable:
+        issues.append(Issue("failure", "projection", "the SQLite projection cannot be opened: it is damaged, "
+                            "foreign or of another version", REPAIR_REINDEX))  # fmt: skip
+        return
+    if broken_fts is not None:
+        issues.append(Issue("failure", "projection", "the SQLite projection's full-text index is inconsistent",
+                            REPAIR_REINDEX))  # fmt: skip
+    for name, row in sorted(projected.items()):
+        if name not in valid:
+            issues.append(Issue("warning", "projection", f"projection contains deleted record {name}", REPAIR_SYNC))
+        elif valid[name] != (row.id, row.content_sha256):
+            issues.append(Issue("warning", "projection", f"projection is stale for {name}", REPAIR_SYNC))
+    for name in sorted(set(valid) - set(projected)):
+        issues.append(Issue("warning", "projection", f"canonical record is not indexed: {name}", REPAIR_SYNC))
+    vectors_current = (
+        unembedded == 0
+        and settings.get(pj.VECTOR_GENERATION) == settings.get(pj.GENERATION)
+        and pj.VECTOR_FILES in settings
+        and all(p.is_file() for p in vector_files.file_names(path, json.loads(settings[pj.VECTOR_FILES])["token"]))
+    )
+    if diagnosis.semantic_model_ready and not vectors_current:
+        issues.append(Issue("warning", "projection", "semantic vectors are missing or stale for some records",
+                            REPAIR_SYNC))  # fmt: skip
+
+
+def _model_problems(paths: StorePaths) -> list[str]:
+    from ..embedding import verify_model
+
+    return verify_model(paths.cache_dir)
+
+
+def stale_disposable_files(paths: StorePaths, index_path: Path) -> list[Path]:
+    """Lock files (not the mutation lock or journals), `tmp/` contents, leftover projection temporaries
+    and vector files the projection no longer uses. Regular files only; symlinks are left alone."""
+    found: list[Path] = []
+    if paths.locks.is_dir():
+        found += [entry for entry in paths.locks.iterdir()
+                  if entry.suffix == ".lock" and entry.name not in KEPT_LOCK_FILES and _regular(entry)]  # fmt: skip
+    tmp = paths.root / "tmp"
+    if tmp.is_dir() and not tmp.is_symlink():
+        for directory, _dirs, names in os.walk(tmp):
+            found += [Path(directory, name) for name in names if _regular(Path(directory, name))]
+    index_dir = index_path.parent
+    if index_dir.is_dir():
+        prefix = f".{index_path.name}."
+        found += [entry for entry in index_dir.iterdir()
+                  if entry.name.startswith(prefix) and entry.name.endswith(".tmp") and _regular(entry)]  # fmt: skip
+        found += [entry for entry in vector_files.all_matrix_files(index_path) if entry not in _used_matrix(index_path)]
+    return sorted(set(found))
+
+
+def _used_matrix(index_path: Path) -> set[Path]:
+    if not index_path.is_file():
+        return set()
+    try:
+        with pj.reading(index_path) as conn:
+            files = pj.get_setting(conn, pj.VECTOR_FILES)
+    except IndexUnavailable:
+        return set()
+    return set(vector_files.file_names(index_path, json.loads(files)["token"])) if files else set()
+
+
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _label(paths: StorePaths, path: Path) -> str:
+    """A store-relative name for files inside the store, the full path for the shared cache."""
+    try:
+        return path.relative_to(paths.root).as_posix()
+    except ValueError:
+        return str(path)

@@ -1,0 +1,92 @@
+"""Removing disposable data: the projection and its vector files, stale locks, temporaries and logs.
+
+Never touches `store.toml`, `.gitignore`, record files, the mutation lock, the projection lock or
+the recovery journals. The model cache is shared by every store on the machine, so it is removed
+only when asked for explicitly (`include_models`).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.stores import StorePaths
+from . import projection as pj
+from .sync import projection_lock
+
+KEPT_NAMES = ("mutation.lock", "supersede.toml", "import.toml")
+
+
+@dataclass
+class GcReport:
+    dry_run: bool
+    candidates: list[tuple[str, int]] = field(default_factory=list)  # (label, bytes), sorted by label
+    removed: int = 0
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return sum(size for _, size in self.candidates)
+
+
+def gc_store(paths: StorePaths, *, dry_run: bool, include_models: bool = False) -> GcReport:
+    """List (and unless `dry_run`, delete) disposable files, holding the mutation and projection locks."""
+    from ..core.repository import Repository
+
+    report = GcReport(dry_run)
+    with ExitStack() as locks:
+        locks.enter_context(Repository(paths).locked())
+        locks.enter_context(projection_lock(paths))
+        if include_models:
+            from ..embedding.cache import models_lock
+
+            locks.enter_context(models_lock(paths.cache_dir, shared=False))
+        found = _candidates(paths, include_models)
+        report.candidates = sorted((label, _size(path)) for label, path in found.items())
+        if not dry_run:
+            for label, _size_bytes in report.candidates:
+                found[label].unlink(missing_ok=True)
+                report.removed += 1
+    return report
+
+
+def _candidates(paths: StorePaths, include_models: bool) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    index_path = pj.existing_index_path(paths) or paths.index_path
+    index_label = "" if paths.kind == "project" else "cache/"
+    for entry in _files(index_path.parent, recursive=False):
+        if entry.name.startswith(index_path.name):
+            found[f"{index_label}{entry.name}"] = entry
+    for name in ("locks", "tmp", "logs"):
+        for entry in _files(paths.root / name, recursive=True):
+            if entry.name not in KEPT_NAMES:
+                found[entry.relative_to(paths.root).as_posix()] = entry
+    for entry in _files(paths.root, recursive=True):
+        if entry.name.endswith(".tmp"):
+            found[entry.relative_to(paths.root).as_posix()] = entry
+    if include_models:
+        for entry in _files(paths.models_dir, recursive=True):
+            if entry.name != ".lock":
+                found[f"cache/models/{entry.relative_to(paths.models_dir).as_posix()}"] = entry
+    return found
+
+
+def _files(directory: Path, *, recursive: bool) -> list[Path]:
+    """Regular files and symlinks below `directory`; symlinked directories are not entered."""
+    if not directory.is_dir() or directory.is_symlink():
+        return []
+    found = []
+    for parent, dirs, names in os.walk(directory):
+        found += [Path(parent, name) for name in names]
+        found += [Path(parent, name) for name in dirs if Path(parent, name).is_symlink()]
+        if not recursive:
+            break
+    return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except FileNotFoundError:
+        return 0

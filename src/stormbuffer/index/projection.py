@@ -1,0 +1,310 @@
+"""The disposable SQLite projection of a store: tables, connections and versions.
+
+Written with SQLAlchemy Core; everything FTS5-specific lives in `fts.py`. The projection can always
+be rebuilt from the Markdown records, so a missing, unreadable or differently versioned file is
+replaced rather than migrated.
+
+Two version numbers are kept apart on purpose:
+
+- `PROJECTION_VERSION` is this layout, stored in `PRAGMA user_version` and checked on open.
+- `PROTOCOL_INDEX_VERSION` (6) is what context receipts report as `index_version`; clients of the
+  version-1 protocol know the index by that number, whatever the layout on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import IndexUnavailable
+from ..core.stores import StorePaths, fallback_index_dir
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine, MetaData, Table
+
+PROJECTION_VERSION = 2
+PROTOCOL_INDEX_VERSION = 6
+PROJECTION_FORMAT = "stormbuffer-projection"
+UNAVAILABLE_MESSAGE = (
+    "the SQLite projection could not be opened; check that its directory is writable, then reindex the selected store"
+)
+
+
+class ProjectionUnusable(Exception):
+    """The file exists but is not a projection this version can use (corrupt, foreign or other version)."""
+
+
+@dataclass(frozen=True)
+class Tables:
+    metadata: MetaData
+    records: Table
+    chunks: Table
+    vectors: Table
+    invalid_files: Table
+    settings: Table
+
+
+def _define() -> Tables:
+    from sqlalchemy import (
+        Column,
+        ForeignKey,
+        Index,
+        Integer,
+        LargeBinary,
+        MetaData,
+        Table,
+        Text,
+        UniqueConstraint,
+    )
+
+    metadata = MetaData()
+    records = Table(
+        "records", metadata,
+        Column("id", Text, primary_key=True),
+        Column("scope", Text, nullable=False),
+        Column("path", Text, nullable=False, unique=True),  # store-relative, e.g. records/<id>.md
+        Column("title", Text, nullable=False),
+        Column("kind", Text, nullable=False),
+        Column("status", Text, nullable=False),
+        Column("access", Text, nullable=False),
+        Column("created_at", Text, nullable=False),
+        Column("updated_at", Text, nullable=False),
+        Column("tags", Text, nullable=False),  # JSON array
+        Column("aliases", Text, nullable=False),  # JSON array
+        Column("sources", Text, nullable=False),  # JSON array of protocol source objects
+        Column("content_sha256", Text, nullable=False),
+        Column("size", Integer, nullable=False),
+        Column("mtime_ns", Integer, nullable=False),
+        Column("inode", Integer, nullable=False),
+    )  # fmt: skip
+    chunks = Table(
+        "chunks", metadata,
+        Column("id", Integer, primary_key=True),  # the full-text rowid
+        Column("record_id", Text, ForeignKey("records.id", ondelete="CASCADE"), nullable=False),
+        Column("ordinal", Integer, nullable=False),
+        Column("heading", Text),
+        Column("text", Text, nullable=False),
+        Column("embed_text", Text, nullable=False),
+        Column("retrieval_text", Text, nullable=False),
+        Column("token_count", Integer, nullable=False),  # model tokens of embed_text
+        Column("word_count", Integer, nullable=False),  # whitespace words of text
+        Column("embed_hash", Text, nullable=False),  # sha256 of embed_text
+        UniqueConstraint("record_id", "ordinal"),
+        Index("chunks_embed_hash", "embed_hash"),
+    )  # fmt: skip
+    vectors = Table(
+        "vectors", metadata,
+        Column("embed_hash", Text, primary_key=True),  # shared by every chunk with this embed_text
+        Column("model_version", Text, nullable=False),
+        Column("vector", LargeBinary, nullable=False),  # float32, little-endian
+    )  # fmt: skip
+    invalid_files = Table(
+        "invalid_files", metadata,
+        Column("path", Text, primary_key=True),
+        Column("size", Integer, nullable=False),
+        Column("mtime_ns", Integer, nullable=False),
+        Column("inode", Integer, nullable=False),
+        Column("message", Text, nullable=False),
+    )  # fmt: skip
+    settings = Table(
+        "metadata", metadata,
+        Column("key", Text, primary_key=True),
+        Column("value", Text, nullable=False),
+    )  # fmt: skip
+    return Tables(metadata, records, chunks, vectors, invalid_files, settings)
+
+
+_tables: Tables | None = None
+
+
+def tables() -> Tables:
+    global _tables
+    if _tables is None:
+        _tables = _define()
+    return _tables
+
+
+# ---- metadata keys -------------------------------------------------------------------------
+
+FORMAT = "format"
+PROJECTION_ID = "projection_id"  # random per database file; names its vector matrix files
+GENERATION = "generation"  # bumped by every change to records or chunks
+LAST_SYNC = "last_sync"  # RFC 3339 UTC with milliseconds
+SYNC_STARTED_NS = "sync_started_ns"  # wall clock when the last sync looked at the files
+CHUNKER = "chunker"  # which token counter cut the chunks
+VECTOR_GENERATION = "vector_generation"  # generation the vector matrix files describe
+VECTOR_MODEL = "vector_model"  # JSON: model_id, model_version, model_checksum, dimension
+VECTOR_FILES = "vector_files"  # JSON: matrix token and scope names of the current matrix files
+
+
+# ---- engines ---------------------------------------------------------------------------------
+
+
+def engine_for(path: Path, *, create: bool) -> Engine:
+    """A writer's engine on the file; every connection gets the projection's pragmas (WAL,
+    synchronous NORMAL, foreign keys, busy timeout). With `create=False` a missing file is an error
+    instead of a new empty database. The caller disposes of it."""
+    return _engine(path, "rwc" if create else "rw", writer=True)
+
+
+def _engine(path: Path, mode: str, *, writer: bool) -> Engine:
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(
+        "sqlite+pysqlite://",
+        creator=lambda: sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False),
+        poolclass=NullPool,  # a file renamed over the projection is picked up by the next connection
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout = 5000")
+        if writer:
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+_READER_ENGINES = 16
+_readers: OrderedDict[Path, Engine] = OrderedDict()
+_readers_lock = threading.Lock()
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[Connection]:
+    """One read transaction (a consistent snapshot) on an existing projection, without a lock.
+
+    Raises IndexUnavailable when the file is missing or cannot be read as a projection of this
+    version. Reader engines are kept per file (their compiled statements are reused); each read
+    still opens its own connection.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    if not path.is_file():
+        raise IndexUnavailable(UNAVAILABLE_MESSAGE)
+    with _readers_lock:
+        engine = _readers.get(path)
+        if engine is None:
+            engine = _readers[path] = _engine(path, "rw", writer=False)
+            while len(_readers) > _READER_ENGINES:
+                _readers.popitem(last=False)[1].dispose()
+        _readers.move_to_end(path)
+    try:
+        with engine.begin() as conn:
+            check_version(conn)
+            yield conn
+    except (DBAPIError, ProjectionUnusable) as exc:
+        raise IndexUnavailable(UNAVAILABLE_MESSAGE) from exc
+
+
+def check_version(conn: Connection) -> None:
+    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION`."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+        marker = get_setting(conn, FORMAT) if version == PROJECTION_VERSION else None
+    except DBAPIError as exc:
+        raise ProjectionUnusable("unreadable") from exc
+    if version != PROJECTION_VERSION or marker != PROJECTION_FORMAT:
+        raise ProjectionUnusable(f"version {version}")
+
+
+def create_schema(conn: Connection) -> None:
+    """Create every table of an empty database and stamp its version."""
+    from . import fts
+
+    tables().metadata.create_all(conn)
+    fts.create(conn)
+    set_settings(conn, {FORMAT: PROJECTION_FORMAT, PROJECTION_ID: uuid.uuid4().hex[:16], GENERATION: "0"})
+    conn.exec_driver_sql(f"PRAGMA user_version = {PROJECTION_VERSION}")
+
+
+# ---- settings ------------------------------------------------------------------------------
+
+
+def get_setting(conn: Connection, key: str) -> str | None:
+    from sqlalchemy import select
+
+    table = tables().settings
+    return conn.execute(select(table.c.value).where(table.c.key == key)).scalar()
+
+
+def get_settings(conn: Connection) -> dict[str, str]:
+    from sqlalchemy import select
+
+    table = tables().settings
+    return {key: value for key, value in conn.execute(select(table.c.key, table.c.value))}
+
+
+def set_settings(conn: Connection, values: dict[str, str]) -> None:
+    from sqlalchemy.dialects.sqlite import insert
+
+    table = tables().settings
+    for key, value in values.items():
+        statement = insert(table).values(key=key, value=value)
+        conn.execute(statement.on_conflict_do_update(index_elements=[table.c.key], set_={"value": value}))
+
+
+def model_identity(model: Any) -> str:
+    """The stored identity of the model that made the vectors (id, version, checksum, dimension)."""
+    return json.dumps(
+        {"model_id": model.model_id, "model_version": model.model_version,
+         "model_checksum": model.model_checksum, "dimension": model.dimension},
+        sort_keys=True,
+    )  # fmt: skip
+
+
+# ---- locations -----------------------------------------------------------------------------
+
+
+def index_candidates(paths: StorePaths) -> list[Path]:
+    """Where a store's projection file can be, in the order readers look (nothing is created)."""
+    if paths.kind == "project":
+        return [paths.root / paths.index_name]
+    return [paths.cache_dir / paths.index_name, fallback_index_dir(paths.root) / paths.index_name]
+
+
+def existing_index_path(paths: StorePaths) -> Path | None:
+    """The projection file of a store if one exists, found without creating anything."""
+    return next((path for path in index_candidates(paths) if path.is_file()), None)
+
+
+def describe(paths: StorePaths) -> dict[str, Any]:
+    """`index_version`, `embedding_version` and `last_sync` of a store's projection (None when absent).
+
+    Opens nothing for writing and creates no file or directory.
+    """
+    empty: dict[str, Any] = {"index_version": None, "embedding_version": None, "last_sync": None}
+    path = existing_index_path(paths)
+    if path is None:
+        return empty
+    try:
+        with reading(path) as conn:
+            settings = get_settings(conn)
+    except IndexUnavailable:
+        return empty
+    model = json.loads(settings[VECTOR_MODEL]) if VECTOR_MODEL in settings else None
+    return {
+        "index_version": PROJECTION_VERSION,
+        "embedding_version": model["model_version"] if model else None,
+        "last_sync": settings.get(LAST_SYNC),
+    }

@@ -1,0 +1,591 @@
+"""Keeping the projection in step with the Markdown records.
+
+`sync_store` is incremental. Each record file's (size, mtime_ns, inode) is compared with the
+projection; only files whose metadata changed are read and hashed, and only files whose sha256
+changed are parsed and re-chunked. A file written shortly before a sync looked at it is "racy"
+(a later same-size edit could keep its mtime), so its metadata is stored smudged and it is hashed
+again next time. Vectors are keyed by the sha256 of each chunk's embedding text, so only new
+embedding texts reach the model; moved, re-tagged or re-statused records reuse theirs.
+
+`reindex_store` builds a fresh database beside the live one and renames it over.
+
+Writers hold the store's non-blocking projection lock (busy → IndexBusy); readers take none.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core.atomic import fsync_directory
+from ..core.codec import parse_markdown
+from ..core.errors import IndexBusy, IndexUnavailable, RecordError, StoreError
+from ..core.locks import LockBusy, exclusive_lock
+from ..core.records import Record
+from ..core.stores import StorePaths, record_scope
+from . import projection as pj
+from . import vectors as vector_files
+from .chunking import approximate_token_count, chunk_body
+
+if TYPE_CHECKING:
+    import numpy as np
+    from sqlalchemy import Connection, Engine
+
+    from ..embedding import TokenCounter
+
+RACY_WINDOW_NS = 2_000_000_000  # coarser than any local filesystem's timestamp granularity
+EMBED_BATCH = 64  # texts per model call and per committed batch of vectors
+SMUDGED = -1
+OUTSIDE_SCOPE = "record is outside the selected store scope"
+DUPLICATE = "duplicate record id; first seen at"
+
+
+class Embedder(Protocol):
+    """What sync and retrieval need from an embedding model."""
+
+    model_id: str
+    model_version: str
+    model_checksum: str
+    dimension: int
+    max_tokens: int
+
+    def token_count(self, text: str) -> int: ...
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+Progress = Callable[[str, int, int, "SyncReport"], None]
+"""`progress(phase, done, total, report)`; phases "scanning" (files), "indexing" (records to project)
+and "embedding" (texts to embed); `report` holds the running counts."""
+
+
+@dataclass
+class SyncReport:
+    indexed: int = 0  # records (re)projected
+    skipped: int = 0  # records already current
+    removed: int = 0  # projected records whose file is gone or no longer valid
+    invalid_files: list[tuple[str, str]] = field(default_factory=list)  # (path under records/, reason)
+    hashed: int = 0  # files read and hashed because their metadata changed
+    chunks: int = 0  # chunks written
+    embedded: int = 0  # embedding texts sent to the model
+    rebuilt: bool = False  # the projection was missing or unusable and was built from scratch
+    vector_failure: str | None = None  # semantic fallback reason when vectors could not be refreshed
+
+    @property
+    def complete(self) -> bool:
+        return not self.invalid_files
+
+
+Stat = tuple[int, int, int]  # size, mtime_ns, inode
+
+
+@dataclass(frozen=True)
+class FileStat:
+    path: str  # store-relative, "records/…"
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+def scan_files(paths: StorePaths) -> dict[str, Stat]:
+    """Store-relative path → (size, mtime_ns, inode) of every regular `*.md` file below `records/`.
+
+    Symlinks are neither followed nor listed.
+    """
+    if not paths.records.is_dir():
+        raise StoreError("the canonical records directory is missing")
+    found: dict[str, Stat] = {}
+    pending = [(str(paths.records), "records")]
+    while pending:
+        directory, relative = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, f"{relative}/{entry.name}"))
+                elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    found[f"{relative}/{entry.name}"] = (info.st_size, info.st_mtime_ns, info.st_ino)
+    return found
+
+
+@contextmanager
+def projection_lock(paths: StorePaths) -> Iterator[None]:
+    try:
+        with exclusive_lock(paths.projection_lock):
+            yield
+    except LockBusy:
+        raise IndexBusy() from None
+
+
+# ---- sync ------------------------------------------------------------------------------------
+
+
+def sync_store(paths: StorePaths, embedder: Embedder | None = None, *, progress: Progress | None = None) -> SyncReport:
+    """Bring the projection up to date with the records; with an embedder, the vectors too.
+
+    Invalid files are reported (and their rows removed), never modified. Raises IndexBusy when
+    another writer holds the projection, StoreError for an unusable store, IndexUnavailable when
+    the projection cannot be created.
+    """
+    scope = record_scope(paths)
+    with projection_lock(paths):
+        files = scan_files(paths)
+        engine, rebuilt = _open_for_writing(paths.index_path)
+        try:
+            report = _Sync(engine, paths, scope, embedder, progress).run(files)
+            report.rebuilt = rebuilt
+            return report
+        finally:
+            engine.dispose()
+
+
+def reindex_store(
+    paths: StorePaths, embedder: Embedder | None = None, *, progress: Progress | None = None
+) -> SyncReport:
+    """Build a new projection from every record beside the live one, then rename it over.
+
+    Vectors of unchanged embedding texts are carried over from the live projection when it is
+    readable and was made with the same model. On failure the live projection stays as it was.
+    """
+    scope = record_scope(paths)
+    with projection_lock(paths):
+        files = scan_files(paths)
+        live = paths.index_path
+        temp = live.with_name(f".{live.name}.{os.getpid()}.reindex.tmp")
+        _remove_database(temp)
+        token: str | None = None
+        try:
+            engine = pj.engine_for(temp, create=True)
+            try:
+                with engine.begin() as conn:
+                    pj.create_schema(conn)
+                sync = _Sync(engine, paths, scope, embedder, progress, carry_vectors_from=live, matrix_path=live)
+                report = sync.run(files)
+                token = sync.matrix_token
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                engine.dispose()
+            _remove_sidecars(live)
+            os.replace(temp, live)
+            fsync_directory(live.parent)
+        except BaseException:
+            _remove_database(temp)
+            if token is not None:
+                for path in vector_files.file_names(live, token):
+                    path.unlink(missing_ok=True)
+            raise
+        vector_files.remove_except(live, token)
+        report.rebuilt = True
+        return report
+
+
+def _open_for_writing(path: Path) -> tuple[Engine, bool]:
+    """An engine on a usable projection; a missing or unusable one is replaced by an empty one."""
+    from sqlalchemy.exc import DBAPIError
+
+    if path.exists() and not path.is_file():
+        raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE)
+    rebuilt = not path.exists()
+    if not rebuilt:
+        engine = pj.engine_for(path, create=False)
+        try:
+            with engine.begin() as conn:
+                pj.check_version(conn)
+            return engine, False
+        except (DBAPIError, pj.ProjectionUnusable):
+            engine.dispose()
+            rebuilt = True
+            try:
+                _remove_database(path)
+            except OSError as exc:
+                raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE) from exc
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = pj.engine_for(path, create=True)
+        with engine.begin() as conn:
+            pj.create_schema(conn)
+    except (OSError, DBAPIError) as exc:
+        raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE) from exc
+    vector_files.remove_except(path, None)
+    return engine, rebuilt
+
+
+def _remove_sidecars(path: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _remove_database(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _remove_sidecars(path)
+
+
+@dataclass
+class _Planned:
+    """What this sync does with one file."""
+
+    stat: FileStat
+    record_id: str | None = None
+    record: Record | None = None  # set when the file must be (re)projected
+    sha256: str | None = None
+    invalid: str | None = None
+    restat: bool = False  # content unchanged, metadata changed
+
+
+class _Sync:
+    def __init__(
+        self,
+        engine: Engine,
+        paths: StorePaths,
+        scope: str,
+        embedder: Embedder | None,
+        progress: Progress | None,
+        *,
+        carry_vectors_from: Path | None = None,
+        matrix_path: Path | None = None,
+    ) -> None:
+        self.engine = engine
+        self.paths = paths
+        self.scope = scope
+        self.embedder = embedder
+        self.progress = progress or (lambda _phase, _done, _total, _report: None)
+        self.carry_vectors_from = carry_vectors_from
+        self.matrix_path = matrix_path or paths.index_path
+        self.report = SyncReport()
+        self.matrix_token: str | None = None
+        self._count_tokens: Callable[[str], int] | None = None
+
+    def run(self, files: dict[str, Stat]) -> SyncReport:
+        started = time.time_ns()
+        with self.engine.begin() as conn:
+            if not self._unchanged(conn, files, started):
+                plan = self._plan(conn, files)
+                self._apply(conn, plan, started)
+        if self.embedder is not None:
+            from ..embedding.errors import EmbeddingFailed
+
+            try:
+                self._refresh_vectors()
+            except (ValueError, EmbeddingFailed):
+                self.report.vector_failure = "embedding_execution_failed"
+        return self.report
+
+    # -- planning --------------------------------------------------------------------------
+
+    def _unchanged(self, conn: Connection, files: dict[str, Stat], started: int) -> bool:
+        """The fast path: when every file has the metadata the projection recorded, only note the sync.
+
+        Compares whole dictionaries of (size, mtime_ns, inode) through the driver's cursor; this
+        is the one place where per-row overhead matters.
+        """
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            stored = {row[0]: row[1:] for row in cursor.execute("SELECT path, size, mtime_ns, inode FROM records")}
+            invalid = {row[0]: row[1:] for row in cursor.execute(
+                "SELECT path, size, mtime_ns, inode, message FROM invalid_files ORDER BY path")}  # fmt: skip
+        finally:
+            cursor.close()
+        if len(stored) + len(invalid) != len(files):
+            return False
+        for path, (size, mtime_ns, inode, _message) in invalid.items():
+            if files.get(path) != (size, mtime_ns, inode):
+                return False
+        if any(files.get(path) != stat for path, stat in stored.items()):
+            return False
+        self.report.skipped = len(stored)
+        self.report.invalid_files = [(path.removeprefix("records/"), row[3]) for path, row in invalid.items()]
+        pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
+        return True
+
+    def _plan(self, conn: Connection, files: dict[str, Stat]) -> list[_Planned]:
+        from sqlalchemy import select
+
+        t = pj.tables()
+        rows = {row.path: row for row in conn.execute(
+            select(t.records.c.path, t.records.c.id, t.records.c.size, t.records.c.mtime_ns, t.records.c.inode,
+                   t.records.c.content_sha256))}  # fmt: skip
+        invalid_rows = {row.path: row for row in conn.execute(select(t.invalid_files))}
+        plan: list[_Planned] = []
+        for done, path in enumerate(sorted(files), 1):
+            stat = FileStat(path, *files[path])
+            plan.append(self._plan_file(stat, rows.get(path), invalid_rows.get(path)))
+            if done % 500 == 0 or done == len(files):
+                self.progress("scanning", done, len(files), self.report)
+        first_seen: dict[str, str] = {}
+        for item in plan:
+            if item.record_id is None:
+                continue
+            if item.record_id in first_seen:
+                item.invalid = f"{DUPLICATE} {first_seen[item.record_id]}"
+                item.record = None
+            else:
+                first_seen[item.record_id] = _name(item.stat.path)
+        return plan
+
+    def _plan_file(self, stat: FileStat, row: Any, invalid_row: Any) -> _Planned:
+        if row is not None and _same(stat, row):
+            return _Planned(stat, record_id=row.id)
+        if invalid_row is not None and _same(stat, invalid_row):
+            return _Planned(stat, invalid=invalid_row.message)
+        try:
+            data = (self.paths.root / stat.path).read_bytes()
+        except OSError as exc:
+            return _Planned(stat, invalid=f"could not be read ({exc.strerror or type(exc).__name__})")
+        self.report.hashed += 1
+        digest = hashlib.sha256(data).hexdigest()
+        if row is not None and row.content_sha256 == digest:
+            return _Planned(stat, record_id=row.id, restat=True)
+        try:
+            record = parse_markdown(data, _name(stat.path))
+        except RecordError as exc:
+            return _Planned(stat, invalid=exc.detail)
+        if record.scope != self.scope:
+            return _Planned(stat, invalid=OUTSIDE_SCOPE)
+        return _Planned(stat, record_id=record.id, record=record, sha256=digest)
+
+    # -- applying --------------------------------------------------------------------------
+
+    def _apply(self, conn: Connection, plan: list[_Planned], started: int) -> None:
+        """Write the plan in one transaction."""
+        from sqlalchemy import delete, select, update
+
+        t = pj.tables()
+        racy_after = started - RACY_WINDOW_NS
+        kept_ids = {item.record_id for item in plan if item.invalid is None and item.record_id is not None}
+        gone = [record_id for record_id in conn.execute(select(t.records.c.id)).scalars() if record_id not in kept_ids]
+        reprojected = [item for item in plan if item.invalid is None and item.record is not None]
+        for item in plan:
+            if item.invalid is not None:
+                self.report.invalid_files.append((item.stat.path.removeprefix("records/"), item.invalid))
+            elif item.record is None:
+                self.report.skipped += 1
+        for batch in _batches(gone):
+            conn.execute(delete(t.records).where(t.records.c.id.in_(batch)))
+        self.report.removed = len(gone)
+        for item in plan:
+            if item.restat and item.invalid is None:
+                conn.execute(update(t.records).where(t.records.c.id == item.record_id)
+                             .values(_stat_values(item.stat, racy_after)))  # fmt: skip
+        for batch in _batches(reprojected):
+            self._project(conn, batch, racy_after)
+            self.report.indexed += len(batch)
+            self.progress("indexing", self.report.indexed, len(reprojected), self.report)
+        conn.execute(delete(t.invalid_files))
+        invalid_rows = [
+            {"path": item.stat.path, "message": item.invalid, **_stat_values(item.stat, racy_after)}
+            for item in plan
+            if item.invalid is not None and not item.invalid.startswith(DUPLICATE)
+        ]
+        if invalid_rows:
+            conn.execute(t.invalid_files.insert(), invalid_rows)
+        settings = {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)}
+        if gone or reprojected:
+            settings[pj.GENERATION] = str(int(pj.get_setting(conn, pj.GENERATION) or 0) + 1)
+        pj.set_settings(conn, settings)
+
+    def _project(self, conn: Connection, batch: list[_Planned], racy_after: int) -> None:
+        """Replace the rows of these records (by id and by path) and chunk their bodies."""
+        from sqlalchemy import delete, or_
+
+        t = pj.tables()
+        ids = [item.record_id for item in batch]
+        paths = [item.stat.path for item in batch]
+        conn.execute(delete(t.records).where(or_(t.records.c.id.in_(ids), t.records.c.path.in_(paths))))
+        count = self._token_counter()
+        record_rows, chunk_rows = [], []
+        for item in batch:
+            record = item.record
+            assert record is not None
+            record_rows.append({
+                "id": record.id, "scope": record.scope, "path": item.stat.path, "title": record.title,
+                "kind": record.kind, "status": record.status, "access": record.access,
+                "created_at": record.created_at.render(), "updated_at": record.updated_at.render(),
+                "tags": _json(list(record.tags)), "aliases": _json(list(record.aliases)),
+                "sources": _json([source.to_json() for source in record.sources]),
+                "content_sha256": item.sha256, **_stat_values(item.stat, racy_after),
+            })  # fmt: skip
+            prefix = retrieval_prefix(record, _name(item.stat.path))
+            for chunk in chunk_body(record.title, record.body, count_tokens=count):
+                chunk_rows.append({
+                    "record_id": record.id, "ordinal": chunk.ordinal, "heading": chunk.heading, "text": chunk.text,
+                    "embed_text": chunk.embed_text, "retrieval_text": prefix(chunk.heading) + chunk.text,
+                    "token_count": count(chunk.embed_text), "word_count": chunk.word_count,
+                    "embed_hash": hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
+                })  # fmt: skip
+        conn.execute(t.records.insert(), record_rows)
+        if chunk_rows:
+            conn.execute(t.chunks.insert(), chunk_rows)
+        self.report.chunks += len(chunk_rows)
+
+    def _token_counter(self) -> Callable[[str], int]:
+        """The model's tokenizer (from the embedder, else loaded once), or the conservative estimate."""
+        if self._count_tokens is None:
+            if self.embedder is not None:
+                self._count_tokens = self.embedder.token_count
+            else:
+                from ..embedding import EmbedderInitError, ModelUnavailable
+
+                try:
+                    self._count_tokens = _tokenizer(self.paths.cache_dir).token_count
+                except (ModelUnavailable, EmbedderInitError):
+                    self._count_tokens = approximate_token_count
+        return self._count_tokens
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def _refresh_vectors(self) -> None:
+        from sqlalchemy import delete, select
+
+        embedder = self.embedder
+        assert embedder is not None
+        t = pj.tables()
+        model = pj.model_identity(embedder)
+        with self.engine.begin() as conn:
+            settings = pj.get_settings(conn)
+            same_model = settings.get(pj.VECTOR_MODEL) == model
+            if same_model and self._matrix_current(settings):
+                return
+            if not same_model:
+                conn.execute(delete(t.vectors))
+            if self.carry_vectors_from is not None:
+                self._carry_vectors(conn, model)
+            missing = list(
+                conn.execute(
+                    select(t.chunks.c.embed_hash, t.chunks.c.embed_text)
+                    .distinct()
+                    .outerjoin(t.vectors, t.vectors.c.embed_hash == t.chunks.c.embed_hash)
+                    .where(t.vectors.c.embed_hash.is_(None))
+                )
+            )
+        missing.sort(key=lambda row: len(row.embed_text))  # similar lengths share a batch: less padding
+        for start in range(0, len(missing), EMBED_BATCH):
+            batch = missing[start : start + EMBED_BATCH]
+            matrix = embedder.embed([row.embed_text for row in batch])
+            with self.engine.begin() as conn:
+                conn.execute(t.vectors.insert(), [
+                    {"embed_hash": row.embed_hash, "model_version": embedder.model_version,
+                     "vector": vector.astype("<f4").tobytes()}
+                    for row, vector in zip(batch, matrix, strict=True)
+                ])  # fmt: skip
+            self.report.embedded += len(batch)
+            self.progress("embedding", self.report.embedded, len(missing), self.report)
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.vectors).where(t.vectors.c.embed_hash.not_in(select(t.chunks.c.embed_hash))))
+            settings = pj.get_settings(conn)
+            self.matrix_token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
+            scopes = self._write_matrix(conn, embedder.dimension, self.matrix_token)
+            pj.set_settings(conn, {
+                pj.VECTOR_GENERATION: settings[pj.GENERATION],
+                pj.VECTOR_MODEL: model,
+                pj.VECTOR_FILES: json.dumps({"token": self.matrix_token, "scopes": scopes}),
+            })  # fmt: skip
+        if self.carry_vectors_from is None:
+            vector_files.remove_except(self.matrix_path, self.matrix_token)
+
+    def _matrix_current(self, settings: dict[str, str]) -> bool:
+        """True (and `matrix_token` set) when the matrix files describe the current generation.
+
+        Every change to chunks bumps the generation, and the matrix is written only after every
+        chunk has a vector, so a current matrix also means no vector is missing.
+        """
+        if settings.get(pj.VECTOR_GENERATION) != settings[pj.GENERATION] or pj.VECTOR_FILES not in settings:
+            return False
+        token = json.loads(settings[pj.VECTOR_FILES])["token"]
+        if not all(path.is_file() for path in vector_files.file_names(self.matrix_path, token)):
+            return False
+        self.matrix_token = token
+        return True
+
+    def _carry_vectors(self, conn: Connection, model: str) -> None:
+        """Copy vectors the new projection needs from the live one, when it used the same model."""
+        from sqlalchemy.exc import DBAPIError
+
+        source = self.carry_vectors_from
+        if source is None or not source.is_file():
+            return
+        try:
+            with pj.reading(source) as old:
+                if pj.get_setting(old, pj.VECTOR_MODEL) != model:
+                    return
+            conn.exec_driver_sql("ATTACH DATABASE ? AS previous", (f"file:{source}?mode=ro",))
+            try:
+                conn.exec_driver_sql(
+                    "INSERT OR IGNORE INTO vectors SELECT p.embed_hash, p.model_version, p.vector "
+                    "FROM previous.vectors AS p WHERE p.embed_hash IN (SELECT embed_hash FROM chunks)"
+                )
+            finally:
+                conn.exec_driver_sql("DETACH DATABASE previous")
+        except (IndexUnavailable, DBAPIError):
+            return
+
+    def _write_matrix(self, conn: Connection, dimension: int, token: str) -> list[str]:
+        """Write the matrix files for every chunk; returns the scope names the row codes refer to."""
+        import numpy as np
+
+        result = conn.exec_driver_sql(
+            "SELECT c.id, c.record_id, r.scope, r.status, r.access, r.kind, v.vector FROM chunks AS c "
+            "JOIN records AS r ON r.id = c.record_id JOIN vectors AS v ON v.embed_hash = c.embed_hash ORDER BY c.id"
+        ).all()
+        scopes = sorted({row[2] for row in result})
+        record_numbers: dict[str, int] = {}
+        rows = np.zeros(len(result), dtype=list(vector_files.ROW_FIELDS))
+        matrix = np.empty((len(result), dimension), dtype=np.float32)
+        for index, (chunk_id, record_id, scope, status, access, kind, blob) in enumerate(result):
+            number = record_numbers.setdefault(record_id, len(record_numbers))
+            rows[index] = (chunk_id, number, *vector_files.row_codes(scopes, scope, status, access, kind))
+            matrix[index] = np.frombuffer(blob, dtype="<f4")
+        vector_files.write(self.matrix_path, token, matrix, rows)
+        return scopes
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(cache_dir: Path) -> TokenCounter:
+    """The model's tokenizer, loaded once per process (failures are not cached)."""
+    from ..embedding import load_tokenizer
+
+    return load_tokenizer(cache_dir)
+
+
+def retrieval_prefix(record: Record, file_name: str) -> Callable[[str | None], str]:
+    """The lines indexed before each chunk's text: title, heading path, aliases, tags, file name."""
+    tail = f"{' '.join(record.aliases)}\n{' '.join(record.tags)}\n{file_name}\n"
+    return lambda heading: f"{record.title}\n{heading or ''}\n{tail}"
+
+
+def _name(store_relative: str) -> str:
+    return store_relative.rsplit("/", 1)[-1]
+
+
+def _same(stat: FileStat, row: Any) -> bool:
+    return (stat.size, stat.mtime_ns, stat.inode) == (row.size, row.mtime_ns, row.inode)
+
+
+def _stat_values(stat: FileStat, racy_after: int) -> dict[str, int]:
+    """Stored file metadata; a racy file gets a smudged size so that it is hashed again next time."""
+    size = SMUDGED if stat.mtime_ns >= racy_after else stat.size
+    return {"size": size, "mtime_ns": stat.mtime_ns, "inode": stat.inode}
+
+
+def _batches(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _now_millis() -> str:
+    """UTC now as RFC 3339 with milliseconds, e.g. 2026-08-05T20:09:00.123Z."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"

@@ -1,0 +1,12 @@
+"""Finding records: lexical (FTS5 bm25), semantic (exact vector search) and hybrid (rank fusion),
+and compiling bounded, cited context with a receipt."""
+
+from .context import ContextOptions, ContextResult, context
+from .hits import SearchHit, SearchOptions
+from .prepare import Preparation, open_embedder, prepare_stores
+from .search import search
+
+__all__ = [
+    "ContextOptions", "ContextResult", "Preparation", "SearchHit", "SearchOptions",
+    "context", "open_embedder", "prepare_stores", "search",
+]  # fmt: skip

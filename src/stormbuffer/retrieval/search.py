@@ -1,0 +1,184 @@
+"""Search across the selected stores: lexical, semantic or hybrid, with honest fallbacks.
+
+Each store is read from one snapshot of its projection, without a lock; the caller syncs first.
+Hybrid needs an embedder and, in every store, a vector matrix that matches the projection and the
+model. Otherwise the search runs lexically and reports why (`semantic_fallback`):
+
+- no embedder: the caller's reason, default `intentionally_unavailable`;
+- a store's vectors are stale or missing: the caller's reason (e.g. `vector_projection_busy`
+  when its sync found a writer at work), default `vector_projection_unavailable`;
+- the model fails on the query: `embedding_execution_failed`.
+
+Ordering: hybrid and semantic hits are ordered by score, the current scope breaking exact ties;
+the +0.01 current-scope boost makes an equally relevant project memory come before a global one,
+while a clearly more relevant global memory can still rank first. Lexical-only results keep
+several chunks per record and are ordered by kind of match, then scope, then bm25 (see
+`hits.by_lexical_tier`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..core.errors import IndexUnavailable
+from ..core.stores import StorePaths, record_scope
+from ..index import fts
+from ..index import projection as pj
+from .chunks import Snapshot
+from .fusion import fuse
+from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
+from .lexical import lexical_hits
+from .semantic import current_matrix, vector_hits
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..index.sync import Embedder
+
+CANDIDATE_RECORDS = 50  # depth (in records) of each list fused in hybrid mode, at least the limit
+LEXICAL_CHUNKS_PER_RECORD = 2
+_EMBEDDING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stormbuffer-query-embedding")  # threads start lazily
+
+
+@dataclass
+class Ranking:
+    """The hits found, best first, and how they were found.
+
+    Hybrid and semantic rankings hold at most `limit` records; a lexical ranking holds up to
+    `limit` chunks from each store (the context budget counts the rest as omitted).
+    """
+
+    hits: list[SearchHit]
+    mode: str  # "lexical", "semantic" or "hybrid"
+    semantic_fallback: str | None
+    embedding_model: str | None
+    embedding_version: str | None
+
+
+class _SemanticUnavailable(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def effective_options(stores: list[StorePaths], options: SearchOptions) -> SearchOptions:
+    """Fill in the default scopes (every selected store's own scope) and the current scope."""
+    scopes = tuple(dict.fromkeys(record_scope(paths) for paths in stores))
+    return options.with_defaults(scopes, scopes[0] if scopes else None)
+
+
+def rank(
+    stores: list[StorePaths],
+    query: str,
+    options: SearchOptions,
+    *,
+    embedder: Embedder | None = None,
+    fallback: str | None = None,
+) -> Ranking:
+    """Rank the hits of `query` in the stores; `options` must have its defaults filled in."""
+    wanted = options.mode
+    if wanted == "lexical" or embedder is None:
+        return _lexical(stores, query, options, fallback or "intentionally_unavailable")
+    try:
+        return _semantic(stores, query, options, embedder, wanted, fallback)
+    except _SemanticUnavailable as exc:
+        return _lexical(stores, query, options, exc.reason)
+
+
+def search(
+    stores: list[StorePaths],
+    query: str,
+    options: SearchOptions | None = None,
+    *,
+    embedder: Embedder | None = None,
+    fallback: str | None = None,
+) -> list[SearchHit]:
+    """The best hits of `query`, at most `options.limit` (clamped to 1..100)."""
+    options = effective_options(stores, options or SearchOptions())
+    ranking = rank(stores, query, options, embedder=embedder, fallback=fallback)
+    return ranking.hits[: options.bounded_limit]
+
+
+@contextmanager
+def _snapshot(paths: StorePaths) -> Iterator[Snapshot]:
+    """A read snapshot of the store's projection; IndexUnavailable when there is none (sync first)."""
+    path = pj.existing_index_path(paths)
+    if path is None:
+        raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE)
+    with pj.reading(path) as conn:
+        yield Snapshot(conn, paths.root, path, pj.get_settings(conn))
+
+
+def _lexical(stores: list[StorePaths], query: str, options: SearchOptions, reason: str) -> Ranking:
+    limit = options.bounded_limit
+    hits: list[SearchHit] = []
+    for paths in stores:
+        with _snapshot(paths) as snapshot:
+            found = lexical_hits(snapshot, query, options, limit * 10)
+        hits.extend(sorted(found, key=by_lexical_tier)[:limit])
+    return Ranking(sorted(hits, key=by_lexical_tier), "lexical", reason, None, None)
+
+
+def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
+              fallback: str | None) -> Ranking:  # fmt: skip
+    """Hybrid or semantic ranking. The query is embedded on a worker thread while the full-text
+    queries run (the model and SQLite both release the GIL)."""
+    hybrid = wanted == "hybrid"
+    lexical: list[SearchHit] = []
+    semantic: list[SearchHit] = []
+    pending = _EMBEDDING.submit(_embed_query, embedder, query) if fts.query_terms(query) else None
+    depth = max(CANDIDATE_RECORDS, options.bounded_limit)
+    try:
+        for paths in stores:
+            with _snapshot(paths) as snapshot:
+                matrix = current_matrix(snapshot, embedder)
+                if matrix is None:
+                    raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
+                if pending is None:
+                    continue
+                if hybrid:
+                    lexical.extend(lexical_hits(snapshot, query, options, depth * LEXICAL_CHUNKS_PER_RECORD))
+                semantic.extend(vector_hits(snapshot, matrix, pending.result(), options, depth))
+    finally:
+        if pending is not None:
+            pending.cancel()
+    lexical.sort(key=by_score)
+    semantic.sort(key=by_score)
+    limit = options.bounded_limit
+    hits = fuse(lexical, semantic, options.current_scope, limit) if hybrid else _one_per_record(semantic)[:limit]
+    return Ranking(hits, wanted, None, embedder.model_id, embedder.model_version)
+
+
+def _embed_query(embedder: Embedder, query: str) -> np.ndarray:
+    """The query's vector; a query over the model's token limit is embedded from its leading words."""
+    from ..embedding.errors import EmbeddingFailed
+
+    text = query.strip()
+    try:
+        if embedder.token_count(text) > embedder.max_tokens:
+            words = text.split()
+            low, high = 0, len(words)  # the longest prefix of words that fits
+            while high - low > 1:
+                middle = (low + high) // 2
+                if embedder.token_count(" ".join(words[:middle])) <= embedder.max_tokens:
+                    low = middle
+                else:
+                    high = middle
+            text = " ".join(words[:low]) or text[: embedder.max_tokens // 2]
+        return embedder.embed([text])[0]
+    except (ValueError, EmbeddingFailed):
+        raise _SemanticUnavailable("embedding_execution_failed") from None
+
+
+def _one_per_record(hits: list[SearchHit]) -> list[SearchHit]:
+    seen: set[str] = set()
+    unique = []
+    for hit in hits:
+        if hit.record_id not in seen:
+            seen.add(hit.record_id)
+            unique.append(hit)
+    return unique

@@ -1,0 +1,85 @@
+"""Vector retrieval: exact nearest chunks by cosine similarity over a store's vector matrix.
+
+Vectors are unit length, so the dot product is the cosine. Hits report the Euclidean distance
+`sqrt(2 - 2 cos)` (what the `vector:distance=…` reason shows) and score `1 / (1 + distance)`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+from ..index import projection as pj
+from ..index import vectors
+from .chunks import Snapshot, load_chunks
+from .hits import SearchHit, SearchOptions
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..index.sync import Embedder
+
+# Below this share of rows passing the filters, only those rows are multiplied.
+_SUBSET_SHARE = 0.5
+
+
+def current_matrix(snapshot: Snapshot, embedder: Embedder) -> vectors.Matrix | None:
+    """The store's vector matrix when it covers this snapshot of the projection with this model."""
+    settings = snapshot.settings
+    if settings.get(pj.VECTOR_MODEL) != pj.model_identity(embedder):
+        return None
+    if settings.get(pj.VECTOR_GENERATION) != settings.get(pj.GENERATION) or pj.VECTOR_FILES not in settings:
+        return None
+    files = json.loads(settings[pj.VECTOR_FILES])
+    return vectors.load(snapshot.index_path, files["token"], files["scopes"])
+
+
+def vector_hits(
+    snapshot: Snapshot, matrix: vectors.Matrix, query_vector: np.ndarray, options: SearchOptions, records: int
+) -> list[SearchHit]:
+    """The nearest chunk of each of the `records` nearest records, best first."""
+    import numpy as np
+
+    assert options.scopes is not None
+    keep = np.flatnonzero(matrix.mask(options.statuses, options.scopes, options.access, options.kinds))
+    if keep.size == 0 or records < 1:
+        return []
+    if keep.size < _SUBSET_SHARE * matrix.vectors.shape[0]:
+        similarity = np.asarray(matrix.vectors[keep] @ query_vector)
+    else:
+        similarity = np.asarray(matrix.vectors @ query_vector)[keep]
+    rows = _best_rows(similarity, matrix.rows["record"][keep], records)
+    chosen = keep[rows]
+    loaded = load_chunks(snapshot, (int(chunk) for chunk in matrix.rows["chunk"][chosen]), options)
+    hits = []
+    for row, matrix_row in zip(rows, chosen, strict=True):
+        chunk = loaded.get(int(matrix.rows["chunk"][matrix_row]))
+        if chunk is None:
+            continue
+        distance = math.sqrt(max(0.0, 2.0 - 2.0 * float(similarity[row])))
+        chunk.hit.score = 1.0 / (1.0 + distance)
+        chunk.hit.vector_distance = distance
+        chunk.hit.lexical_match_reason = "vector"
+        chunk.hit.match_reasons = [f"vector:distance={distance:.6f}"]
+        hits.append(chunk.hit)
+    return hits
+
+
+def _best_rows(similarity: np.ndarray, record_numbers: np.ndarray, records: int) -> np.ndarray:
+    """Positions of each record's most similar row, best first (ties by position), for the best `records`."""
+    import numpy as np
+
+    total = similarity.size
+    take = min(total, records * 4)
+    while True:
+        if take < total:
+            top = np.argpartition(-similarity, take - 1)[:take]
+            top.sort()
+        else:
+            top = np.arange(total)
+        order = top[np.argsort(-similarity[top], kind="stable")]
+        _, first = np.unique(record_numbers[order], return_index=True)
+        if first.size >= records or take == total:
+            return order[np.sort(first)[:records]]
+        take = min(total, take * 4)

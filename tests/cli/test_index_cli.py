@@ -1,0 +1,285 @@
+"""`sbuf` sync, watch, reindex, doctor, gc, search and context, run as real processes with the real model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers import ESC, SBUF, Sandbox, record_markdown, tree_digest
+
+ID_A = "01890a5d-ac96-774b-bcce-b302099a8001"
+ID_B = "01890a5d-ac96-774b-bcce-b302099a8002"
+ID_C = "01890a5d-ac96-774b-bcce-b302099a8003"
+REFERENCE_STORE = Path("/work/shared/spec/fixtures/reference-store")
+REFERENCE_RECORD = "019fd5d7-6e0c-7d93-b9fe-54b02f7f11e9"
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def failed(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The stderr lines of a command that exited 1, each an `error:` line."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines), result.stderr
+    return lines
+
+
+def project_store(sandbox: Sandbox) -> str:
+    """Initialize the project store; returns its record scope."""
+    ok(sandbox.sbuf("--project", "init"))
+    return "project:" + json.loads(ok(sandbox.sbuf("--project", "status", "--json")))["project_id"]
+
+
+def put(root: Path, record_id: str, scope: str, title: str, body: str, name: str | None = None) -> Path:
+    path = root / "records" / (name or f"{record_id}.md")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record_markdown(record_id, scope, title=title, body=body, access="agent"), encoding="utf-8")
+    return path
+
+
+def counts(stdout: str) -> dict[str, int]:
+    return {name: int(value) for name, value in (line.split(": ") for line in stdout.splitlines())}
+
+
+def test_sync_reports_counts_and_each_invalid_record(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Deploy ritual", "Two approvals before production deploys.")
+    assert counts(ok(sandbox.sbuf("--project", "sync"))) == {
+        "Indexed": 1, "Skipped": 0, "Removed": 0, "Invalid": 0, "Embedded": 1
+    }  # fmt: skip
+    broken = sandbox.project_root / "records" / "broken.md"
+    broken.write_text("+++\nformat_version = 1\n+++\n\nno fields\n")
+    foreign = put(sandbox.project_root, ID_B, "project:elsewhere", "Foreign", "Not ours.")
+    before = tree_digest(sandbox.project_root / "records")
+    result = sandbox.sbuf("--project", "sync")
+    assert counts(result.stdout) == {"Indexed": 0, "Skipped": 1, "Removed": 0, "Invalid": 2, "Embedded": 0}
+    assert sorted(failed(result)) == [
+        f"error: invalid canonical record {foreign.name}: record is outside the selected store scope",
+        "error: invalid canonical record broken.md: frontmatter TOML is invalid: missing field `id`",
+    ]
+    for args in (("watch", "--once"), ("reindex",), ("search", "deploy", "--json"), ("context", "deploy")):
+        lines = failed(sandbox.sbuf("--project", *args))
+        assert any("invalid canonical record broken.md" in line for line in lines), args
+    assert tree_digest(sandbox.project_root / "records") == before
+
+
+def test_watch_once_and_reindex(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Cache policy", "Caches are warmed before traffic shifts.")
+    assert ok(sandbox.sbuf("--project", "watch", "--once")) == "Watch cycles: 1\n"
+    out = ok(sandbox.sbuf("--project", "reindex"))
+    assert out.startswith("Reindexed: 1\nSemantic index: rebuilt (")
+    assert (sandbox.project_root / "index.sqlite3").is_file()
+
+
+def test_search_cards_are_sanitized(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    ok(sandbox.sbuf("--project", "add", "--title", "Project\u202e collision\u2028card", "--body", "Collision body."))
+    out = ok(sandbox.sbuf("--project", "search", "collision"))
+    assert "Project collision card\n  ID: " in out
+    assert f"  Kind: fact  Scope: {scope}\n" in out and "\n  Score: " in out
+    assert "\t" not in out and "\u202e" not in out and "\u2028" not in out
+
+
+def test_search_json_and_project_view_order(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    ok(sandbox.sbuf("--global", "init"))
+    put(sandbox.global_root, ID_A, "global", "Branch naming", "Feature branches carry the ticket number.")
+    put(sandbox.project_root, ID_B, scope, "Branch naming", "Feature branches carry the ticket number.")
+    hits = json.loads(ok(sandbox.sbuf("--project", "search", "branch naming", "--json")))
+    assert [hit["scope"] for hit in hits] == [scope, "global"]
+    assert list(hits[0]) == [
+        "record_id",
+        "chunk_id",
+        "title",
+        "kind",
+        "scope",
+        "status",
+        "access",
+        "excerpt",
+        "sources",
+        "path",
+        "score",
+        "lexical_match_reason",
+        "match_reasons",
+        "vector_distance",
+    ]
+    assert hits[0]["path"] == str(sandbox.project_root.resolve() / "records" / f"{ID_B}.md")
+    assert hits[0]["match_reasons"][:2] == ["lexical:exact_title", f"vector:distance={hits[0]['vector_distance']:.6f}"]
+    assert ok(sandbox.sbuf("--project", "search", "!!! ???", "--json")) == "[]\n"
+    local = json.loads(ok(sandbox.sbuf("--local", "search", "branch naming", "--json")))
+    assert [hit["scope"] for hit in local] == [scope]
+
+
+def test_an_invalid_global_record_breaks_the_project_view_but_not_the_local_view(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    ok(sandbox.sbuf("--global", "init"))
+    put(sandbox.project_root, ID_B, scope, "Local fact", "Only the project knows this.")
+    (sandbox.global_root / "records" / "broken.md").write_text("not a record\n")
+    assert len(json.loads(ok(sandbox.sbuf("--local", "search", "project knows", "--json")))) == 1
+    lines = failed(sandbox.sbuf("--project", "search", "project knows", "--json"))
+    assert lines == ["error: invalid canonical record broken.md (global store): Markdown is invalid: record must "
+                     "begin with a TOML opening delimiter (`+++`)"]  # fmt: skip
+
+
+def test_context_prints_the_contract_blocks_and_a_hybrid_receipt(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Paging", "The on-call engineer is phoned when production alerts fire.")
+    put(sandbox.project_root, ID_B, scope, "Coffee", "The grinder is cleaned every Friday.")
+    out = ok(sandbox.sbuf("--project", "context", "who gets called about outages at night", "--budget", "5"))
+    assert out.startswith('{\n  "contract": {') and ESC not in out
+    result = json.loads(out)
+    assert list(result) == ["contract", "blocks", "receipt"]
+    receipt = result["receipt"]
+    assert receipt["retrieval_mode"] == "hybrid" and receipt["semantic_fallback"] is None
+    assert receipt["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert receipt["budget"] == 5 and receipt["used_tokens"] == 5 and receipt["truncated"] is True
+    assert receipt["access"] == ["human", "agent"] and receipt["current_scope"] == scope
+    assert result["blocks"][0]["record_id"] == ID_A and result["blocks"][0]["token_count"] == 5
+
+
+def test_without_a_model_retrieval_is_lexical_and_reindex_warns(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Paging", "The on-call engineer is phoned when alerts fire.")
+    shutil.rmtree(sandbox.base / "cache" / "stormbuffer" / "models")
+    receipt = json.loads(ok(sandbox.sbuf("--project", "context", "on-call engineer")))["receipt"]
+    assert (receipt["retrieval_mode"], receipt["semantic_fallback"]) == ("lexical", "model_unavailable")
+    assert receipt["embedding_model"] is None
+    hits = json.loads(ok(sandbox.sbuf("--project", "search", "on-call engineer", "--json")))
+    assert hits[0]["record_id"] == ID_A and hits[0]["vector_distance"] is None
+    result = sandbox.sbuf("--project", "reindex")
+    assert result.returncode == 0 and result.stdout == "Reindexed: 1\n"
+    assert result.stderr.startswith("warning: semantic index unavailable: the local model is not ready")
+    doctor = ok(sandbox.sbuf("--project", "doctor"))
+    assert "Semantic retrieval: lexical fallback" in doctor and "0 failure(s), 1 warning(s)" in doctor
+
+
+def test_a_locked_projection_does_not_stop_search(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Parking", "Visitors park in the north garage.")
+    ok(sandbox.sbuf("--project", "sync"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from pathlib import Path
+            from stormbuffer.core.locks import exclusive_lock
+            with exclusive_lock(Path({str(sandbox.project_root / "projection.lock")!r})):
+                print("held", flush=True)
+                sys.stdin.readline()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = json.loads(ok(sandbox.sbuf("--project", "context", "north garage")))
+        assert [block["record_id"] for block in result["blocks"]] == [ID_A]
+        assert result["receipt"]["retrieval_mode"] == "hybrid"
+        assert failed(sandbox.sbuf("--project", "sync")) == [
+            "error: could not sync the index: SQLite projection is busy; retry the operation"
+        ]
+    finally:
+        holder.communicate("\n")
+
+
+def test_an_unopenable_projection_fails_cleanly(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Parking", "Visitors park in the north garage.")
+    index = sandbox.project_root / "index.sqlite3"
+    index.unlink()
+    index.mkdir()
+    (line,) = failed(sandbox.sbuf("--project", "search", "garage"))
+    assert "the SQLite projection could not be opened" in line and str(sandbox.base) not in line
+
+
+def test_the_reference_store_works_without_init(sandbox: Sandbox) -> None:
+    shutil.copytree(REFERENCE_STORE / ".sbuf", sandbox.project_root)
+    before = tree_digest(sandbox.project_root)
+    ok(sandbox.sbuf("--project", "sync"))
+    query = "canonical records survive projection failures"
+    hits = json.loads(ok(sandbox.sbuf("--project", "search", query, "--json")))
+    assert hits[0]["record_id"] == REFERENCE_RECORD and hits[0]["lexical_match_reason"] == "exact_title"
+    blocks = json.loads(ok(sandbox.sbuf("--project", "context", query, "--budget", "80")))["blocks"]
+    assert REFERENCE_RECORD in [block["record_id"] for block in blocks]
+    assert (sandbox.project_root / "index.sqlite3").is_file()
+    after = tree_digest(sandbox.project_root)
+    assert {name: digest for name, digest in after.items() if name in before} == before
+
+
+def test_doctor_and_repair(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Repairable", "The projection can always be rebuilt.")
+    ok(sandbox.sbuf("--project", "sync"))
+    healthy = ok(sandbox.sbuf("--project", "--color", "always", "doctor"))
+    assert f"{ESC}[1m{ESC}[36mSemantic retrieval{ESC}[39m{ESC}[0m: {ESC}[1m{ESC}[32mready" in healthy
+    assert "healthy" in healthy
+
+    (sandbox.project_root / "index.sqlite3").write_bytes(b"corrupt" * 512)
+    for suffix in ("-wal", "-shm"):
+        (sandbox.project_root / f"index.sqlite3{suffix}").unlink(missing_ok=True)
+    (sandbox.project_root / "tmp").mkdir()
+    (sandbox.project_root / "tmp" / "stale").write_text("leftover")
+    (sandbox.project_root / "locks" / "stale.lock").write_text("")
+    diagnosis = sandbox.sbuf("--project", "doctor")
+    assert diagnosis.returncode == 1 and "failure: the SQLite projection cannot be opened" in diagnosis.stdout
+    assert "  Repair: run `sbuf reindex`" in diagnosis.stdout
+
+    repaired = ok(sandbox.sbuf("--project", "doctor", "--repair"))
+    assert "Repaired: rebuilt the disposable search projection" in repaired
+    assert "Repaired: removed stale disposable metadata tmp/stale" in repaired
+    assert "Repaired: removed stale disposable metadata locks/stale.lock" in repaired
+    assert "Status: healthy" in repaired
+    assert not (sandbox.project_root / "tmp" / "stale").exists()
+    assert (sandbox.project_root / "locks" / "mutation.lock").exists()
+    assert "Repaired:" not in ok(sandbox.sbuf("--project", "doctor", "--repair"))
+    assert json.loads(ok(sandbox.sbuf("--project", "search", "rebuilt", "--json")))[0]["record_id"] == ID_A
+
+
+def test_gc_removes_disposable_files_and_keeps_the_model_unless_asked(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    record = put(sandbox.project_root, ID_C, scope, "Kept", "Records are never collected.")
+    ok(sandbox.sbuf("--project", "sync"))
+    models = sandbox.base / "cache" / "stormbuffer" / "models"
+    dry = ok(sandbox.sbuf("--project", "gc", "--dry-run"))
+    assert dry.startswith("Reclaimable: ") and "index.sqlite3\t" in dry and "cache/models" not in dry
+    assert (sandbox.project_root / "index.sqlite3").is_file()
+    done = ok(sandbox.sbuf("--project", "gc"))
+    assert done.startswith("Reclaimed: ")
+    assert not (sandbox.project_root / "index.sqlite3").exists()
+    assert not list(sandbox.project_root.glob("index.sqlite3*"))
+    assert record.is_file() and (sandbox.project_root / "store.toml").is_file() and any(models.rglob("*.onnx"))
+    with_models = ok(sandbox.sbuf("--project", "gc", "--models"))
+    assert "cache/models/" in with_models and not any(models.rglob("*.onnx"))
+    assert record.is_file()
+
+
+def test_watch_keeps_the_index_in_step_until_interrupted(sandbox: Sandbox) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    scope = project_store(sandbox)
+    watcher = subprocess.Popen([str(SBUF), "--project", "watch", "--interval-ms", "50"], cwd=sandbox.cwd,
+                               env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        put(sandbox.project_root, ID_A, scope, "Watched", "Indexed by the watcher.")
+        index = sandbox.project_root / "index.sqlite3"
+        found: list[tuple[str]] = []
+        deadline = time.monotonic() + 120  # generous: this waits for the watcher, it does not measure it
+        while not found and time.monotonic() < deadline and watcher.poll() is None:
+            time.sleep(0.2)
+            with sqlite3.connect(index) as conn:
+                found = conn.execute("SELECT title FROM records WHERE id = ?", (ID_A,)).fetchall()
+        assert found == [("Watched",)]
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        _out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0 and err == ""

@@ -1,0 +1,31 @@
+"""Fixtures shared by every test package: the real embedding model, built once per test run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model, load_embedder
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`model_cache(variant)` acquires `variant` once per run into a shared cache and returns the cache dir."""
+    cache_dir = tmp_path_factory.mktemp("model-cache")
+    acquired: set[str] = set()
+
+    def acquired_cache(variant: str) -> Path:
+        if variant not in acquired:
+            acquire_model(cache_dir, variant=variant)
+            acquired.add(variant)
+        return cache_dir
+
+    return acquired_cache
+
+
+@pytest.fixture(scope="session")
+def embedder(model_cache: Callable[[str], Path]) -> Embedder:
+    """The default model variant, loaded once per run."""
+    return load_embedder(model_cache(DEFAULT_VARIANT))

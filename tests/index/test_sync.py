@@ -1,0 +1,249 @@
+"""Incremental sync and reindex against real SQLite files: what is hashed, indexed, removed and rebuilt."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stormbuffer.core.errors import IndexBusy, IndexUnavailable, StoreError
+from stormbuffer.core.locks import exclusive_lock
+from stormbuffer.core.stores import StorePaths, View
+from stormbuffer.embedding import Embedder
+from stormbuffer.index import projection as pj
+from stormbuffer.index.chunking import chunk_body
+from stormbuffer.index.sync import reindex_store, sync_store
+from stormbuffer.retrieval import SearchOptions, search
+from tests.stores import canonical_bytes, make_store, settle, write_record
+
+LEXICAL = SearchOptions(mode="lexical")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StorePaths:
+    return make_store(tmp_path)
+
+
+def titles(paths: StorePaths, query: str) -> list[str]:
+    return [hit.title for hit in search([paths], query, LEXICAL)]
+
+
+def rows(paths: StorePaths, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(paths.index_path) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_first_sync_indexes_then_a_second_skips_without_hashing(store: StorePaths) -> None:
+    for n in range(3):
+        write_record(store, f"Note {n}", f"Body of note number {n}.")
+    first = sync_store(store)
+    assert (first.indexed, first.skipped, first.removed, first.invalid_files) == (3, 0, 0, [])
+    assert first.hashed == 3 and first.rebuilt
+    second = sync_store(store)
+    assert (second.indexed, second.skipped, second.removed, second.hashed) == (0, 3, 0, 0)
+    assert not second.rebuilt
+    assert rows(store, "PRAGMA user_version") == [(pj.PROJECTION_VERSION,)]
+
+
+def test_a_file_written_just_before_a_sync_is_hashed_again_next_time(store: StorePaths) -> None:
+    write_record(store, "Fresh note", "Written a moment ago.", settled=False)
+    assert sync_store(store).hashed == 1
+    again = sync_store(store)
+    assert again.hashed == 1 and again.indexed == 0 and again.skipped == 1
+
+
+def test_a_same_size_edit_that_keeps_the_mtime_is_found_after_a_racy_sync(store: StorePaths) -> None:
+    record = write_record(store, "Racy", "alpha words here", settled=False)
+    path = store.records / f"{record.id}.md"
+    sync_store(store)
+    before = path.stat()
+    path.write_text(path.read_text().replace("alpha", "gamma"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    report = sync_store(store)
+    assert report.indexed == 1
+    assert titles(store, "gamma") == ["Racy"] and titles(store, "alpha") == []
+
+
+def test_edit_move_delete_and_invalid_files(store: StorePaths) -> None:
+    kept = write_record(store, "Kept", "The deploy ritual needs two approvals.")
+    moved = write_record(store, "Moved", "Portable source of truth lives in Markdown.")
+    gone = write_record(store, "Gone", "Ephemeral note about caches.")
+    sync_store(store)
+
+    edited = store.records / f"{kept.id}.md"
+    edited.write_text(edited.read_text().replace("two approvals", "three approvals"))
+    settle(edited)
+    (store.records / "archive").mkdir()
+    os.rename(store.records / f"{moved.id}.md", store.records / "archive" / "moved.md")
+    (store.records / f"{gone.id}.md").unlink()
+    broken = store.records / "broken.md"
+    broken.write_text("+++\nformat_version = 1\n+++\n\nno fields\n")
+    settle(broken)
+    before = broken.read_bytes()
+
+    report = sync_store(store)
+    assert (report.indexed, report.removed) == (2, 1)
+    assert [name for name, _ in report.invalid_files] == ["broken.md"]
+    assert "missing field" in report.invalid_files[0][1]
+    assert broken.read_bytes() == before
+    assert titles(store, "three approvals") == ["Kept"]
+    assert titles(store, "ephemeral") == []
+    assert rows(store, f"SELECT path FROM records WHERE id = '{moved.id}'") == [("records/archive/moved.md",)]
+    again = sync_store(store)
+    assert (again.indexed, again.hashed, again.invalid_files) == (0, 0, report.invalid_files)
+
+
+def test_a_previously_indexed_file_that_becomes_invalid_loses_its_rows(store: StorePaths) -> None:
+    record = write_record(store, "Soon broken", "Searchable marmalade text.")
+    sync_store(store)
+    path = store.records / f"{record.id}.md"
+    path.write_text(path.read_text().replace('status = "active"', 'status = "deleted"'))
+    report = sync_store(store)
+    assert report.removed == 1 and len(report.invalid_files) == 1
+    assert titles(store, "marmalade") == []
+
+
+def test_foreign_scope_and_duplicate_ids_are_invalid(store: StorePaths) -> None:
+    first = write_record(store, "Original", "Unique nebula words.", file_name="a.md")
+    write_record(store, "Copy", "Unique nebula words again.", record_id=first.id, file_name="b.md")
+    write_record(store, "Foreign", "Quasar text.", scope="project:other")
+    report = sync_store(store)
+    reasons = dict(report.invalid_files)
+    assert reasons["b.md"] == "duplicate record id; first seen at a.md"
+    assert "outside the selected store scope" in next(v for k, v in reasons.items() if k not in ("b.md",))
+    assert titles(store, "nebula") == ["Original"] and titles(store, "quasar") == []
+
+
+def test_deleted_corrupt_and_foreign_version_projections_are_rebuilt(store: StorePaths) -> None:
+    write_record(store, "Durable", "Lighthouse keeper notes.")
+    sync_store(store)
+    store.index_path.unlink()
+    assert sync_store(store).rebuilt and titles(store, "lighthouse") == ["Durable"]
+
+    for suffix in ("-wal", "-shm"):
+        Path(f"{store.index_path}{suffix}").unlink(missing_ok=True)
+    store.index_path.write_bytes(b"this is not a database at all" * 100)
+    assert sync_store(store).rebuilt and titles(store, "lighthouse") == ["Durable"]
+
+    with sqlite3.connect(store.index_path) as conn:
+        conn.execute("PRAGMA user_version = 6")
+    report = sync_store(store)
+    assert report.rebuilt and report.indexed == 1
+    assert rows(store, "PRAGMA user_version") == [(pj.PROJECTION_VERSION,)]
+
+
+def test_readers_report_an_unusable_projection_without_a_traceback(store: StorePaths) -> None:
+    write_record(store, "Durable", "Lighthouse keeper notes.")
+    with pytest.raises(IndexUnavailable):
+        search([store], "lighthouse", LEXICAL)
+    store.index_path.mkdir()
+    with pytest.raises(IndexUnavailable, match="could not be opened") as caught:
+        sync_store(store)
+    assert str(store.root) not in str(caught.value)
+
+
+def test_writers_need_the_projection_lock(store: StorePaths) -> None:
+    write_record(store, "Locked", "Busy writers wait for nobody.")
+    sync_store(store)
+    with exclusive_lock(store.projection_lock):
+        with pytest.raises(IndexBusy):
+            sync_store(store)
+        with pytest.raises(IndexBusy):
+            reindex_store(store)
+        assert titles(store, "busy writers") == ["Locked"]
+
+
+def test_another_process_holding_the_projection_lock_does_not_stop_readers(store: StorePaths) -> None:
+    write_record(store, "Shared", "Readers never take the projection lock.")
+    sync_store(store)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from pathlib import Path
+            from stormbuffer.core.locks import exclusive_lock
+            with exclusive_lock(Path({str(store.projection_lock)!r})):
+                print("held", flush=True)
+                sys.stdin.readline()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(IndexBusy):
+            sync_store(store)
+        assert titles(store, "projection lock") == ["Shared"]
+    finally:
+        holder.communicate("\n")
+
+
+def test_reindex_replaces_the_projection_and_never_changes_markdown(store: StorePaths) -> None:
+    for n in range(4):
+        write_record(store, f"Reindexed {n}", f"Stable body {n} about orchards.")
+    sync_store(store)
+    before = canonical_bytes(store)
+    inode = store.index_path.stat().st_ino
+    report = reindex_store(store)
+    assert report.indexed == 4 and report.rebuilt
+    assert store.index_path.stat().st_ino != inode
+    assert sorted(titles(store, "orchards")) == [f"Reindexed {n}" for n in range(4)]
+    assert canonical_bytes(store) == before
+    assert not list(store.root.glob(".index.sqlite3.*"))
+
+
+def test_reindex_failure_keeps_the_previous_projection(store: StorePaths) -> None:
+    write_record(store, "Survivor", "The old index stays searchable.")
+    sync_store(store)
+    hidden = store.root / "records-hidden"
+    store.records.rename(hidden)
+    with pytest.raises(StoreError, match="records directory is missing"):
+        reindex_store(store)
+    hidden.rename(store.records)
+    assert titles(store, "old index") == ["Survivor"]
+    assert not list(store.root.glob(".index.sqlite3.*"))
+
+
+def test_describe_reports_versions_without_creating_anything(tmp_path: Path) -> None:
+    paths = make_store(tmp_path, View.GLOBAL)
+    assert pj.describe(paths) == {"index_version": None, "embedding_version": None, "last_sync": None}
+    assert not paths.cache_dir.exists()
+    write_record(paths, "Global", "Global memory body.")
+    sync_store(paths)
+    described = pj.describe(paths)
+    assert described["index_version"] == pj.PROJECTION_VERSION and described["embedding_version"] is None
+    assert described["last_sync"] is not None and described["last_sync"].endswith("Z")
+
+
+def test_only_new_or_changed_chunks_are_embedded(store: StorePaths, embedder: Embedder) -> None:
+    for n in range(3):
+        write_record(store, f"Seed {n}", f"Seed record {n} about greenhouse irrigation schedules.")
+    first = sync_store(store, embedder)
+    assert first.embedded == first.chunks == 3 and first.vector_failure is None
+
+    body = "# Plan\n\nWater the tomatoes at dawn.\n\n## Notes\n\n- check valves\n- log pressure\n"
+    added = write_record(store, "Irrigation plan", body)
+    expected = len(chunk_body(added.title, added.body, count_tokens=embedder.token_count))
+    assert expected > 1
+    report = sync_store(store, embedder)
+    assert report.indexed == 1 and report.embedded == expected
+
+    path = store.records / f"{added.id}.md"
+    os.rename(path, store.records / "renamed.md")
+    moved = sync_store(store, embedder)
+    assert moved.indexed == 1 and moved.embedded == 0
+    assert sync_store(store, embedder).embedded == 0
+    assert rows(store, "SELECT count(*) FROM vectors") == [(3 + expected,)]
+
+
+def test_reindex_carries_vectors_of_the_same_model(store: StorePaths, embedder: Embedder) -> None:
+    write_record(store, "Carried", "Vectors survive a rebuild when nothing changed.")
+    assert sync_store(store, embedder).embedded == 1
+    report = reindex_store(store, embedder)
+    assert report.embedded == 0 and report.vector_failure is None
+    matrices = sorted(path.name for path in store.root.glob("index.sqlite3.*.npy"))
+    assert len(matrices) == 2  # the vectors and rows files of the new projection only
