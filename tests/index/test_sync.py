@@ -247,3 +247,50 @@ def test_reindex_carries_vectors_of_the_same_model(store: StorePaths, embedder: 
     assert report.embedded == 0 and report.vector_failure is None
     matrices = sorted(path.name for path in store.root.glob("index.sqlite3.*.npy"))
     assert len(matrices) == 2  # the vectors and rows files of the new projection only
+
+
+def test_the_vector_matrix_matches_the_stored_vectors_after_incremental_syncs(
+    store: StorePaths, embedder: Embedder
+) -> None:
+    import json
+
+    import numpy as np
+
+    from stormbuffer.index import vectors
+
+    records = [write_record(store, f"Matrix {n}", f"Body number {n} about tide tables.") for n in range(4)]
+    sync_store(store, embedder)
+    (store.records / f"{records[0].id}.md").unlink()
+    os.rename(store.records / f"{records[1].id}.md", store.records / "moved.md")
+    write_record(store, "Matrix new", "A fresh body about harbour pilots.", status="archived")
+    assert sync_store(store, embedder).embedded == 1
+    assert rows(store, "SELECT count(*) FROM vectors") == rows(store, "SELECT count(DISTINCT embed_hash) FROM chunks")
+
+    ((files,),) = rows(store, "SELECT value FROM metadata WHERE key = 'vector_files'")
+    current = json.loads(str(files))
+    matrix = vectors.load(store.index_path, current["token"], current["scopes"])
+    assert matrix is not None
+    stored = rows(store, "SELECT c.id, v.vector, r.status FROM chunks c JOIN vectors v ON v.embed_hash = c.embed_hash "
+                        "JOIN records r ON r.id = c.record_id ORDER BY c.id")  # fmt: skip
+    assert list(matrix.rows["chunk"]) == [chunk for chunk, _, _ in stored]
+    for row, (_, blob, status) in enumerate(stored):
+        assert np.array_equal(matrix.vectors[row], np.frombuffer(blob, dtype="<f4"))  # type: ignore[arg-type]
+        assert matrix.rows["status"][row] == ["candidate", "active", "superseded", "archived"].index(str(status))
+
+
+def test_a_new_copy_earlier_in_path_order_takes_the_id_from_an_indexed_file(store: StorePaths) -> None:
+    original = write_record(store, "Original", "Unique pelican words.", file_name="m.md")
+    sync_store(store)
+    write_record(store, "Copy", "Unique pelican words, copied.", record_id=original.id, file_name="a.md")
+    report = sync_store(store)
+    assert report.invalid_files == [("m.md", "duplicate record id; first seen at a.md")]
+    assert (report.indexed, report.removed) == (1, 0)
+    assert titles(store, "pelican") == ["Copy"]
+    write_record(store, "Later", "Unique pelican words, later.", record_id=original.id, file_name="z.md")
+    again = sync_store(store)
+    assert sorted(again.invalid_files) == [("m.md", "duplicate record id; first seen at a.md"),
+                                           ("z.md", "duplicate record id; first seen at a.md")]  # fmt: skip
+    assert titles(store, "pelican") == ["Copy"]
+    (store.records / "a.md").unlink()
+    assert sync_store(store).invalid_files == [("z.md", "duplicate record id; first seen at m.md")]
+    assert titles(store, "pelican") == ["Original"]

@@ -30,7 +30,7 @@ from ..core.stores import StorePaths, fallback_index_dir
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
 
-PROJECTION_VERSION = 2
+PROJECTION_VERSION = 3
 PROTOCOL_INDEX_VERSION = 6
 PROJECTION_FORMAT = "stormbuffer-projection"
 UNAVAILABLE_MESSAGE = (
@@ -48,6 +48,7 @@ class Tables:
     records: Table
     chunks: Table
     vectors: Table
+    released: Table
     invalid_files: Table
     settings: Table
 
@@ -87,7 +88,7 @@ def _define() -> Tables:
     )  # fmt: skip
     chunks = Table(
         "chunks", metadata,
-        Column("id", Integer, primary_key=True),  # the full-text rowid
+        Column("id", Integer, primary_key=True),  # the full-text rowid; never reused (AUTOINCREMENT)
         Column("record_id", Text, ForeignKey("records.id", ondelete="CASCADE"), nullable=False),
         Column("ordinal", Integer, nullable=False),
         Column("heading", Text),
@@ -99,12 +100,17 @@ def _define() -> Tables:
         Column("embed_hash", Text, nullable=False),  # sha256 of embed_text
         UniqueConstraint("record_id", "ordinal"),
         Index("chunks_embed_hash", "embed_hash"),
+        sqlite_autoincrement=True,
     )  # fmt: skip
     vectors = Table(
         "vectors", metadata,
         Column("embed_hash", Text, primary_key=True),  # shared by every chunk with this embed_text
         Column("model_version", Text, nullable=False),
         Column("vector", LargeBinary, nullable=False),  # float32, little-endian
+    )  # fmt: skip
+    released = Table(
+        "released_hashes", metadata,
+        Column("embed_hash", Text, primary_key=True),  # of deleted chunks: their vectors may now be unused
     )  # fmt: skip
     invalid_files = Table(
         "invalid_files", metadata,
@@ -119,7 +125,7 @@ def _define() -> Tables:
         Column("key", Text, primary_key=True),
         Column("value", Text, nullable=False),
     )  # fmt: skip
-    return Tables(metadata, records, chunks, vectors, invalid_files, settings)
+    return Tables(metadata, records, chunks, vectors, released, invalid_files, settings)
 
 
 _tables: Tables | None = None
@@ -233,6 +239,10 @@ def create_schema(conn: Connection) -> None:
     from . import fts
 
     tables().metadata.create_all(conn)
+    conn.exec_driver_sql(
+        "CREATE TRIGGER chunks_release AFTER DELETE ON chunks BEGIN "
+        "INSERT OR IGNORE INTO released_hashes(embed_hash) VALUES (old.embed_hash); END"
+    )
     fts.create(conn)
     set_settings(conn, {FORMAT: PROJECTION_FORMAT, PROJECTION_ID: uuid.uuid4().hex[:16], GENERATION: "0"})
     conn.exec_driver_sql(f"PRAGMA user_version = {PROJECTION_VERSION}")

@@ -232,7 +232,7 @@ def _remove_database(path: Path) -> None:
 
 @dataclass
 class _Planned:
-    """What this sync does with one file."""
+    """What this sync does with one file it read (or found displaced by a duplicate id)."""
 
     stat: FileStat
     record_id: str | None = None
@@ -240,6 +240,14 @@ class _Planned:
     sha256: str | None = None
     invalid: str | None = None
     restat: bool = False  # content unchanged, metadata changed
+
+
+@dataclass
+class _Plan:
+    items: list[_Planned]  # files read this time, and unchanged files displaced as duplicates
+    unchanged: dict[str, str]  # path → record id of valid files whose metadata did not change
+    cached_invalid: dict[str, tuple[int, int, int, str]]  # path → stored size, mtime, inode, reason
+    stored: dict[str, str]  # path → record id of every projected record
 
 
 class _Sync:
@@ -307,44 +315,57 @@ class _Sync:
         pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
         return True
 
-    def _plan(self, conn: Connection, files: dict[str, Stat]) -> list[_Planned]:
-        from sqlalchemy import select
-
-        t = pj.tables()
-        rows = {row.path: row for row in conn.execute(
-            select(t.records.c.path, t.records.c.id, t.records.c.size, t.records.c.mtime_ns, t.records.c.inode,
-                   t.records.c.content_sha256))}  # fmt: skip
-        invalid_rows = {row.path: row for row in conn.execute(select(t.invalid_files))}
-        plan: list[_Planned] = []
-        for done, path in enumerate(sorted(files), 1):
-            stat = FileStat(path, *files[path])
-            plan.append(self._plan_file(stat, rows.get(path), invalid_rows.get(path)))
-            if done % 500 == 0 or done == len(files):
-                self.progress("scanning", done, len(files), self.report)
-        first_seen: dict[str, str] = {}
-        for item in plan:
-            if item.record_id is None:
-                continue
-            if item.record_id in first_seen:
-                item.invalid = f"{DUPLICATE} {first_seen[item.record_id]}"
-                item.record = None
+    def _plan(self, conn: Connection, files: dict[str, Stat]) -> _Plan:
+        """Read the files whose metadata changed; settle duplicate ids by path order (first wins)."""
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            rows = {row[0]: row for row in cursor.execute(
+                "SELECT path, id, size, mtime_ns, inode, content_sha256 FROM records")}  # fmt: skip
+            invalid_rows = {row[0]: row[1:] for row in cursor.execute(
+                "SELECT path, size, mtime_ns, inode, message FROM invalid_files")}  # fmt: skip
+        finally:
+            cursor.close()
+        plan = _Plan([], {}, {}, {path: row[1] for path, row in rows.items()})
+        changed = []
+        for path, stat in files.items():
+            row = rows.get(path)
+            if row is not None and row[2:5] == stat:
+                plan.unchanged[path] = row[1]
+            elif path in invalid_rows and invalid_rows[path][:3] == stat:
+                plan.cached_invalid[path] = invalid_rows[path]
             else:
-                first_seen[item.record_id] = _name(item.stat.path)
+                changed.append(path)
+        changed.sort()
+        for done, path in enumerate(changed, 1):
+            plan.items.append(self._plan_file(FileStat(path, *files[path]), rows.get(path)))
+            if done % 500 == 0 or done == len(changed):
+                self.progress("scanning", done, len(changed), self.report)
+        first = {record_id: path for path, record_id in plan.unchanged.items()}
+        for item in list(plan.items):  # in path order
+            record_id, path = item.record_id, item.stat.path
+            if record_id is None:
+                continue
+            holder = first.get(record_id)
+            if holder is not None and holder < path:
+                item.invalid, item.record = f"{DUPLICATE} {_name(holder)}", None
+                continue
+            if holder is not None:  # an unchanged file later in path order held the id: it is the duplicate
+                del plan.unchanged[holder]
+                plan.items.append(_Planned(FileStat(holder, *files[holder]), record_id,
+                                           invalid=f"{DUPLICATE} {_name(path)}"))  # fmt: skip
+            first[record_id] = path
         return plan
 
-    def _plan_file(self, stat: FileStat, row: Any, invalid_row: Any) -> _Planned:
-        if row is not None and _same(stat, row):
-            return _Planned(stat, record_id=row.id)
-        if invalid_row is not None and _same(stat, invalid_row):
-            return _Planned(stat, invalid=invalid_row.message)
+    def _plan_file(self, stat: FileStat, row: tuple[Any, ...] | None) -> _Planned:
+        """Hash a file whose metadata changed; parse it when its content changed too."""
         try:
             data = (self.paths.root / stat.path).read_bytes()
         except OSError as exc:
             return _Planned(stat, invalid=f"could not be read ({exc.strerror or type(exc).__name__})")
         self.report.hashed += 1
         digest = hashlib.sha256(data).hexdigest()
-        if row is not None and row.content_sha256 == digest:
-            return _Planned(stat, record_id=row.id, restat=True)
+        if row is not None and row[5] == digest:
+            return _Planned(stat, record_id=row[1], restat=True)
         try:
             record = parse_markdown(data, _name(stat.path))
         except RecordError as exc:
@@ -355,25 +376,26 @@ class _Sync:
 
     # -- applying --------------------------------------------------------------------------
 
-    def _apply(self, conn: Connection, plan: list[_Planned], started: int) -> None:
+    def _apply(self, conn: Connection, plan: _Plan, started: int) -> None:
         """Write the plan in one transaction."""
-        from sqlalchemy import delete, select, update
+        from sqlalchemy import delete, update
 
         t = pj.tables()
         racy_after = started - RACY_WINDOW_NS
-        kept_ids = {item.record_id for item in plan if item.invalid is None and item.record_id is not None}
-        gone = [record_id for record_id in conn.execute(select(t.records.c.id)).scalars() if record_id not in kept_ids]
-        reprojected = [item for item in plan if item.invalid is None and item.record is not None]
-        for item in plan:
-            if item.invalid is not None:
-                self.report.invalid_files.append((item.stat.path.removeprefix("records/"), item.invalid))
-            elif item.record is None:
-                self.report.skipped += 1
+        valid = [item for item in plan.items if item.invalid is None]
+        kept = {item.record_id for item in valid}
+        gone = [record_id for path, record_id in plan.stored.items()
+                if path not in plan.unchanged and record_id not in kept]  # fmt: skip
+        reprojected = [item for item in valid if item.record is not None]
+        self.report.skipped = len(plan.unchanged) + len(valid) - len(reprojected)
+        invalid = [(item.stat.path, item.invalid) for item in plan.items if item.invalid is not None]
+        invalid += [(path, row[3]) for path, row in plan.cached_invalid.items()]
+        self.report.invalid_files = [(path.removeprefix("records/"), reason) for path, reason in sorted(invalid)]
         for batch in _batches(gone):
             conn.execute(delete(t.records).where(t.records.c.id.in_(batch)))
         self.report.removed = len(gone)
-        for item in plan:
-            if item.restat and item.invalid is None:
+        for item in valid:
+            if item.restat:
                 conn.execute(update(t.records).where(t.records.c.id == item.record_id)
                              .values(_stat_values(item.stat, racy_after)))  # fmt: skip
         for batch in _batches(reprojected):
@@ -383,8 +405,12 @@ class _Sync:
         conn.execute(delete(t.invalid_files))
         invalid_rows = [
             {"path": item.stat.path, "message": item.invalid, **_stat_values(item.stat, racy_after)}
-            for item in plan
+            for item in plan.items
             if item.invalid is not None and not item.invalid.startswith(DUPLICATE)
+        ]
+        invalid_rows += [
+            {"path": path, "size": size, "mtime_ns": mtime_ns, "inode": inode, "message": message}
+            for path, (size, mtime_ns, inode, message) in plan.cached_invalid.items()
         ]
         if invalid_rows:
             conn.execute(t.invalid_files.insert(), invalid_rows)
@@ -459,12 +485,15 @@ class _Sync:
                 conn.execute(delete(t.vectors))
             if self.carry_vectors_from is not None:
                 self._carry_vectors(conn, model)
+            previous = self._previous_matrix(settings) if same_model else None
+            # Chunks up to the previous matrix's last one had vectors then; ids are never reused.
+            newer_than = int(previous.rows["chunk"][-1]) if previous is not None and previous.rows.size else -1
             missing = list(
                 conn.execute(
                     select(t.chunks.c.embed_hash, t.chunks.c.embed_text)
                     .distinct()
                     .outerjoin(t.vectors, t.vectors.c.embed_hash == t.chunks.c.embed_hash)
-                    .where(t.vectors.c.embed_hash.is_(None))
+                    .where(t.chunks.c.id > newer_than, t.vectors.c.embed_hash.is_(None))
                 )
             )
         missing.sort(key=lambda row: len(row.embed_text))  # similar lengths share a batch: less padding
@@ -480,10 +509,14 @@ class _Sync:
             self.report.embedded += len(batch)
             self.progress("embedding", self.report.embedded, len(missing), self.report)
         with self.engine.begin() as conn:
-            conn.execute(delete(t.vectors).where(t.vectors.c.embed_hash.not_in(select(t.chunks.c.embed_hash))))
+            released = select(t.released.c.embed_hash)
+            still_used = select(t.chunks.c.embed_hash).where(t.chunks.c.embed_hash.in_(released))
+            conn.execute(delete(t.vectors).where(t.vectors.c.embed_hash.in_(released),
+                                                 t.vectors.c.embed_hash.not_in(still_used)))  # fmt: skip
+            conn.execute(delete(t.released))
             settings = pj.get_settings(conn)
             self.matrix_token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
-            scopes = self._write_matrix(conn, embedder.dimension, self.matrix_token)
+            scopes = self._write_matrix(conn, embedder.dimension, self.matrix_token, previous)
             pj.set_settings(conn, {
                 pj.VECTOR_GENERATION: settings[pj.GENERATION],
                 pj.VECTOR_MODEL: model,
@@ -505,6 +538,13 @@ class _Sync:
             return False
         self.matrix_token = token
         return True
+
+    def _previous_matrix(self, settings: dict[str, str]) -> vector_files.Matrix | None:
+        """The last matrix written for this projection, whatever generation it describes."""
+        if pj.VECTOR_FILES not in settings:
+            return None
+        files = json.loads(settings[pj.VECTOR_FILES])
+        return vector_files.load(self.matrix_path, files["token"], files["scopes"])
 
     def _carry_vectors(self, conn: Connection, model: str) -> None:
         """Copy vectors the new projection needs from the live one, when it used the same model."""
@@ -528,22 +568,46 @@ class _Sync:
         except (IndexUnavailable, DBAPIError):
             return
 
-    def _write_matrix(self, conn: Connection, dimension: int, token: str) -> list[str]:
-        """Write the matrix files for every chunk; returns the scope names the row codes refer to."""
+    def _write_matrix(self, conn: Connection, dimension: int, token: str, previous: vector_files.Matrix | None
+                      ) -> list[str]:  # fmt: skip
+        """Write the matrix files for every chunk; returns the scope names the row codes refer to.
+
+        Chunk ids are never reused, so a chunk found in the previous matrix (same projection and
+        model) keeps its row's vector; only newer chunks' vectors are read from SQLite.
+        """
         import numpy as np
 
-        result = conn.exec_driver_sql(
-            "SELECT c.id, c.record_id, r.scope, r.status, r.access, r.kind, v.vector FROM chunks AS c "
-            "JOIN records AS r ON r.id = c.record_id JOIN vectors AS v ON v.embed_hash = c.embed_hash ORDER BY c.id"
-        ).all()
-        scopes = sorted({row[2] for row in result})
-        record_numbers: dict[str, int] = {}
-        rows = np.zeros(len(result), dtype=list(vector_files.ROW_FIELDS))
-        matrix = np.empty((len(result), dimension), dtype=np.float32)
-        for index, (chunk_id, record_id, scope, status, access, kind, blob) in enumerate(result):
-            number = record_numbers.setdefault(record_id, len(record_numbers))
-            rows[index] = (chunk_id, number, *vector_files.row_codes(scopes, scope, status, access, kind))
-            matrix[index] = np.frombuffer(blob, dtype="<f4")
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            meta = cursor.execute(
+                "SELECT c.id, c.record_id, r.scope, r.status, r.access, r.kind FROM chunks AS c "
+                "JOIN records AS r ON r.id = c.record_id ORDER BY c.id"
+            ).fetchall()
+            scopes = sorted({row[2] for row in meta})
+            codes = vector_files.code_tables(scopes)
+            numbers: dict[str, int] = {}
+            rows = np.array(
+                [(chunk, numbers.setdefault(record, len(numbers)), codes.scope[scope], codes.status[status],
+                  codes.access[access], codes.kind[kind]) for chunk, record, scope, status, access, kind in meta],
+                dtype=vector_files.ROW_DTYPE,
+            )  # fmt: skip
+            matrix = np.empty((len(meta), dimension), dtype=np.float32)
+            known = np.zeros(len(meta), dtype=bool)
+            newer_than = -1
+            if previous is not None and previous.rows.size and previous.vectors.shape[1] == dimension:
+                position = np.minimum(np.searchsorted(previous.rows["chunk"], rows["chunk"]), previous.rows.size - 1)
+                known = previous.rows["chunk"][position] == rows["chunk"]
+                matrix[known] = previous.vectors[position[known]]
+                newer_than = int(previous.rows["chunk"][-1])
+            blobs = [row[0] for row in cursor.execute(
+                "SELECT v.vector FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
+                "WHERE c.id > ? ORDER BY c.id", (newer_than,))]  # fmt: skip
+        finally:
+            cursor.close()
+        if len(blobs) != int((~known).sum()):  # the previous matrix does not fit: build from SQLite alone
+            return self._write_matrix(conn, dimension, token, None)
+        if blobs:
+            matrix[~known] = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dimension)
         vector_files.write(self.matrix_path, token, matrix, rows)
         return scopes
 
@@ -564,10 +628,6 @@ def retrieval_prefix(record: Record, file_name: str) -> Callable[[str | None], s
 
 def _name(store_relative: str) -> str:
     return store_relative.rsplit("/", 1)[-1]
-
-
-def _same(stat: FileStat, row: Any) -> bool:
-    return (stat.size, stat.mtime_ns, stat.inode) == (row.size, row.mtime_ns, row.inode)
 
 
 def _stat_values(stat: FileStat, racy_after: int) -> dict[str, int]:

@@ -29,7 +29,7 @@ from ..core.records import ACCESS_CLASSES, KINDS, STATUSES
 if TYPE_CHECKING:
     import numpy as np
 
-ROW_FIELDS = (("chunk", "<i8"), ("record", "<i4"), ("scope", "<i2"), ("status", "i1"), ("access", "i1"), ("kind", "i1"))
+ROW_DTYPE = [("chunk", "<i8"), ("record", "<i4"), ("scope", "<i2"), ("status", "i1"), ("access", "i1"), ("kind", "i1")]
 _CACHE_SIZE = 4
 
 
@@ -59,8 +59,21 @@ def _codes(names: Sequence[str], wanted: Sequence[str]) -> list[int]:
     return [index for index, name in enumerate(names) if name in wanted]
 
 
-def row_codes(scopes: Sequence[str], scope: str, status: str, access: str, kind: str) -> tuple[int, int, int, int]:
-    return scopes.index(scope), STATUSES.index(status), ACCESS_CLASSES.index(access), KINDS.index(kind)
+@dataclass(frozen=True)
+class CodeTables:
+    """Name → code for each filter field of the row file."""
+
+    scope: dict[str, int]
+    status: dict[str, int]
+    access: dict[str, int]
+    kind: dict[str, int]
+
+
+def code_tables(scopes: Sequence[str]) -> CodeTables:
+    def table(names: Sequence[str]) -> dict[str, int]:
+        return {name: code for code, name in enumerate(names)}
+
+    return CodeTables(table(scopes), table(STATUSES), table(ACCESS_CLASSES), table(KINDS))
 
 
 def file_names(index_path: Path, token: str) -> tuple[Path, Path]:
@@ -132,7 +145,7 @@ def load(index_path: Path, token: str, scopes: Sequence[str]) -> Matrix | None:
         rows = np.load(rows_path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
         return None
-    if vectors.ndim != 2 or rows.shape != (vectors.shape[0],) or rows.dtype != np.dtype(list(ROW_FIELDS)):
+    if vectors.ndim != 2 or rows.shape != (vectors.shape[0],) or rows.dtype != np.dtype(ROW_DTYPE):
         return None
     matrix = Matrix(vectors, rows, tuple(scopes))
     with _cache_lock:

@@ -30,6 +30,7 @@ _DISPATCH: dict[str, Callable[[Mapping[str, Any], Session], Any]] = {
     "supersede": writes.supersede,
     "archive": writes.archive,
 }
+_WRITES = frozenset({"remember", "update", "propose", "supersede", "archive"})
 
 __all__ = ["OPERATIONS", "Answer", "encode", "failure", "handle", "invoke_line", "success", "validate_envelope"]
 
@@ -52,6 +53,9 @@ def handle(operation: str, request: bytes | Mapping[str, Any], session: Session)
     except Exception as exc:  # every failure becomes an envelope; the mapping sanitizes it
         error = from_core(exc)
         return failure(operation, error.code, error.message)
+    finally:
+        if operation in _WRITES and session.freshness is not None:  # reads see this write at once
+            session.freshness.changed(session.selected)
 
 
 def encode(envelope: Mapping[str, Any]) -> str:

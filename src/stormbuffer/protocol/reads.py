@@ -38,11 +38,12 @@ def composed_stores(session: Session, scopes: list[str]) -> list[StorePaths]:
     return stores
 
 
-def prepare(stores: list[StorePaths], embedder: Embedder | None) -> str | None:
-    """Sync each store (and its vectors, given an embedder); the semantic fallback reason, if any."""
+def prepare(session: Session, stores: list[StorePaths], embedder: Embedder | None) -> str | None:
+    """Sync each store (and its vectors, given an embedder) unless the session's freshness registry
+    knows it is current; the semantic fallback reason, if any."""
     from stormbuffer.retrieval import prepare_stores
 
-    preparation = prepare_stores(stores, embedder)
+    preparation = prepare_stores(stores, embedder, session.freshness)
     if not preparation.complete:
         raise ProtocolError("invalid_record", RECORDS_INVALID)
     return preparation.fallback
@@ -54,7 +55,7 @@ def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))
     access = fields.agent_access(request)
     stores = composed_stores(session, scopes)
-    prepare(stores, None)
+    prepare(session, stores, None)
     denial: Exception = NotFound(record_id)
     for store in stores:
         try:
@@ -92,7 +93,7 @@ def search(request: Mapping[str, Any], session: Session) -> list[dict[str, Any]]
 
     query, options, stores = _retrieval_inputs(request, session)
     embedder, reason = session.embedder.get()
-    reason = prepare(stores, embedder) or reason
+    reason = prepare(session, stores, embedder) or reason
     hits = ranked(stores, query, options, embedder=embedder, fallback=reason)
     return [hit.to_json() for hit in hits]
 
@@ -105,6 +106,6 @@ def context(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     query, options, stores = _retrieval_inputs(request, session)
     budget = fields.clamped(request, "budget", fields.DEFAULT_BUDGET, fields.MAX_BUDGET)  # clamped, never refused
     embedder, reason = session.embedder.get()
-    reason = prepare(stores, embedder) or reason
+    reason = prepare(session, stores, embedder) or reason
     result = compile_context(stores, query, ContextOptions(budget, options), embedder=embedder, fallback=reason)
     return result.to_json()

@@ -1,4 +1,5 @@
-"""What one caller of the protocol works with: a view, its selected store, and an embedder slot."""
+"""What one caller of the protocol works with: a view, its selected store, an embedder slot and,
+in a long-running process, the freshness registry that lets reads skip the full sync check."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from stormbuffer.core.stores import PlatformDirs, StorePaths, View
 
 if TYPE_CHECKING:
     from stormbuffer.embedding import Embedder
+    from stormbuffer.index.freshness import FreshnessRegistry
 
 
 class EmbedderSlot(Protocol):
@@ -24,6 +26,7 @@ class Session:
     selected: StorePaths
     dirs: PlatformDirs
     embedder: EmbedderSlot
+    freshness: FreshnessRegistry | None = None  # None: every read checks every record file
 
 
 class OneShotEmbedder:

@@ -93,6 +93,7 @@ def run(options: Options) -> int:
     """Serve one host over stdio until it closes stdin; returns the exit status."""
     from stormbuffer.core.errors import StormbufferError
     from stormbuffer.core.stores import PlatformDirs, resolve_store
+    from stormbuffer.index.freshness import FreshnessRegistry
     from stormbuffer.protocol.session import Session
 
     from .server import serve
@@ -104,11 +105,14 @@ def run(options: Options) -> int:
         selected = resolve_store(options.view, Path.cwd(), dirs)
     except (StormbufferError, OSError):
         return _start_failed()
-    session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir))
+    freshness = FreshnessRegistry()  # watchers start with the first read of each store
+    session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir), freshness)
     try:
         opened = serve(session, options.grant)
     except KeyboardInterrupt:
         return 130
+    finally:
+        freshness.close()
     return 0 if opened else _start_failed()
 
 
