@@ -83,7 +83,7 @@ def synced(fresh: StoreFreshness) -> SyncReport:
 
 def chunk_texts(paths: StorePaths) -> list[str]:
     with pj.reading(paths.index_path) as conn:
-        return sorted(row[0] for row in conn.exec_driver_sql("SELECT text FROM chunks"))
+        return sorted(row[0] for row in conn.execute("SELECT text FROM chunks"))
 
 
 def last_sync(paths: StorePaths) -> str | None:
@@ -128,7 +128,7 @@ def test_created_deleted_and_renamed_files_are_seen(fresh: StoreFreshness, store
     assert eventually(fresh.needs_sync)
     synced(fresh)
     with pj.reading(store.index_path) as conn:
-        assert "records/deploy-window.md" in {row[0] for row in conn.exec_driver_sql("SELECT path FROM records")}
+        assert "records/deploy-window.md" in {row[0] for row in conn.execute("SELECT path FROM records")}
 
     (store.records / "deploy-window.md").unlink()
     assert eventually(fresh.needs_sync)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -48,6 +49,45 @@ def test_first_sync_indexes_then_a_second_skips_without_hashing(store: StorePath
     assert (second.indexed, second.skipped, second.removed, second.hashed) == (0, 3, 0, 0)
     assert not second.rebuilt
     assert rows(store, "PRAGMA user_version") == [(pj.PROJECTION_VERSION,)]
+
+
+def test_an_unchanged_store_is_confirmed_from_one_digest_without_importing_sqlalchemy(store: StorePaths) -> None:
+    for n in range(3):
+        write_record(store, f"Note {n}", f"Body of note number {n}.")
+    write_record(store, "Foreign", "Quasar text.", scope="project:other", file_name="foreign.md")
+    first = sync_store(store)
+    assert first.indexed == 3 and [name for name, _ in first.invalid_files] == ["foreign.md"]
+    script = textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        from stormbuffer.core.stores import PlatformDirs, View, resolve_store
+        from stormbuffer.index.sync import sync_store
+        base = Path({str(store.root.parent.parent)!r})
+        paths = resolve_store(View.PROJECT, base / "project", PlatformDirs(base / "data", base / "cache"))
+        report = sync_store(paths)
+        print(json.dumps([report.indexed, report.skipped, report.hashed, report.invalid_files,
+                          "sqlalchemy" in sys.modules]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    indexed, skipped, hashed, invalid, imported = json.loads(done.stdout)
+    assert (indexed, skipped, hashed) == (0, 3, 0)
+    assert invalid == [list(pair) for pair in first.invalid_files]
+    assert imported is False
+    last_sync = rows(store, f"SELECT value FROM metadata WHERE key = '{pj.LAST_SYNC}'")
+    assert last_sync and last_sync[0][0] != ""
+
+
+def test_any_change_of_a_file_s_metadata_leaves_the_digest_path(store: StorePaths) -> None:
+    record = write_record(store, "Touched", "Only its timestamp changes.")
+    sync_store(store)
+    path = store.records / f"{record.id}.md"
+    settle(path)  # another mtime, same content
+    report = sync_store(store)
+    assert (report.hashed, report.indexed, report.skipped) == (1, 0, 1)
+    path.rename(store.records / "renamed.md")
+    report = sync_store(store)
+    assert (report.hashed, report.indexed) == (1, 1)
+    assert (sync_store(store).hashed, sync_store(store).indexed) == (0, 0)
 
 
 def test_a_file_written_just_before_a_sync_is_hashed_again_next_time(store: StorePaths) -> None:

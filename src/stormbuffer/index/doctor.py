@@ -21,7 +21,7 @@ from ..core.errors import IndexUnavailable, NotInitialized, RecordError, StoreEr
 from ..core.stores import StorePaths, record_scope
 from . import projection as pj
 from . import vectors as vector_files
-from .sync import scan_files
+from .sync import matrix_token, scan_files
 
 REPAIR_SYNC = "run `sbuf sync`"
 REPAIR_REINDEX = "run `sbuf reindex`"
@@ -168,8 +168,6 @@ def _check_records(paths: StorePaths, scope: str, names: list[str], issues: list
 
 
 def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, tuple[str, str]]) -> None:
-    from sqlalchemy import select
-
     from . import fts
 
     issues = diagnosis.issues
@@ -179,13 +177,13 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
         return
     try:
         with pj.reading(path) as conn:
-            t = pj.tables()
-            projected = {row.path: row for row in conn.execute(select(t.records))}
+            projected = {name: (record_id, sha256) for name, record_id, sha256 in conn.execute(
+                "SELECT path, id, content_sha256 FROM records")}  # fmt: skip
             settings = pj.get_settings(conn)
             broken_fts = fts.integrity_problem(conn)
-            unembedded = conn.exec_driver_sql(
+            unembedded = conn.execute(
                 "SELECT count(*) FROM chunks WHERE embed_hash NOT IN (SELECT embed_hash FROM vectors)"
-            ).scalar()
+            ).fetchone()[0]
     except IndexUnavailable:
         issues.append(Issue("failure", "projection", "the SQLite projection cannot be opened: it is damaged, "
                             "foreign or of another version", REPAIR_REINDEX))  # fmt: skip
@@ -193,19 +191,14 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
     if broken_fts is not None:
         issues.append(Issue("failure", "projection", "the SQLite projection's full-text index is inconsistent",
                             REPAIR_REINDEX))  # fmt: skip
-    for name, row in sorted(projected.items()):
+    for name, stored in sorted(projected.items()):
         if name not in valid:
             issues.append(Issue("warning", "projection", f"projection contains deleted record {name}", REPAIR_SYNC))
-        elif valid[name] != (row.id, row.content_sha256):
+        elif valid[name] != stored:
             issues.append(Issue("warning", "projection", f"projection is stale for {name}", REPAIR_SYNC))
     for name in sorted(set(valid) - set(projected)):
         issues.append(Issue("warning", "projection", f"canonical record is not indexed: {name}", REPAIR_SYNC))
-    vectors_current = (
-        unembedded == 0
-        and settings.get(pj.VECTOR_GENERATION) == settings.get(pj.GENERATION)
-        and pj.VECTOR_FILES in settings
-        and all(p.is_file() for p in vector_files.file_names(path, json.loads(settings[pj.VECTOR_FILES])["token"]))
-    )
+    vectors_current = unembedded == 0 and matrix_token(settings, path) is not None
     if diagnosis.semantic_model_ready and not vectors_current:
         issues.append(Issue("warning", "projection", "semantic vectors are missing or stale for some records",
                             REPAIR_SYNC))  # fmt: skip

@@ -9,11 +9,10 @@ this module and nothing else.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from sqlalchemy import bindparam, text
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -67,13 +66,14 @@ def _quoted(value: str) -> str:
     return '"' + value.replace('"', '""') + '"'
 
 
-def row_count(conn: Connection) -> int:
-    return int(conn.exec_driver_sql("SELECT count(*) FROM chunks").scalar() or 0)
+def row_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
 
-def term_rows(conn: Connection, term: str) -> int:
+def term_rows(conn: sqlite3.Connection, term: str) -> int:
     """How many chunks contain the token `term`."""
-    return int(conn.exec_driver_sql(f"SELECT doc FROM {VOCAB_TABLE} WHERE term = ?", (term,)).scalar() or 0)
+    row = conn.execute(f"SELECT doc FROM {VOCAB_TABLE} WHERE term = ?", (term,)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 @dataclass(frozen=True)
@@ -86,37 +86,35 @@ class Filters:
     kinds: Sequence[str] | None = None
 
 
-def ranked_chunks(conn: Connection, match: str, limit: int, filters: Filters | None = None) -> list[tuple[int, float]]:
+def ranked_chunks(
+    conn: sqlite3.Connection, match: str, limit: int, filters: Filters | None = None
+) -> list[tuple[int, float]]:
     """`(chunk id, bm25)` of the best matching chunks, best first (ties by chunk id).
 
     bm25 is negative; more negative is better. Without `filters` only the full-text index is
     read (fast); with them, every match is joined to its record and filtered before the limit.
     """
     if filters is None:
-        sql = (f"SELECT rowid, bm25({FTS_TABLE}) AS score FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH :match "
-               "ORDER BY score, rowid LIMIT :limit")  # fmt: skip
-        return [(int(row[0]), float(row[1])) for row in conn.execute(text(sql), {"match": match, "limit": limit})]
-    clauses = ["r.status IN :statuses", "r.scope IN :scopes"]
-    params: dict[str, object] = {"match": match, "limit": limit, "statuses": list(filters.statuses),
-                                 "scopes": list(filters.scopes)}  # fmt: skip
-    for name, values in (("access", filters.access), ("kind", filters.kinds)):
-        if values is not None:
-            clauses.append(f"r.{name} IN :{name}")
-            params[name] = list(values)
-    statement = text(
+        sql = (f"SELECT rowid, bm25({FTS_TABLE}) AS score FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? "
+               "ORDER BY score, rowid LIMIT ?")  # fmt: skip
+        return [(int(row[0]), float(row[1])) for row in conn.execute(sql, (match, limit))]
+    conditions: list[tuple[str, Sequence[str]]] = [("status", filters.statuses), ("scope", filters.scopes)]
+    conditions += [(name, values) for name, values in (("access", filters.access), ("kind", filters.kinds))
+                   if values is not None]  # fmt: skip
+    where = " AND ".join(f"r.{name} IN ({', '.join('?' * len(values))})" for name, values in conditions)
+    sql = (
         f"SELECT c.id, bm25({FTS_TABLE}) AS score FROM {FTS_TABLE} "
         f"JOIN chunks AS c ON c.id = {FTS_TABLE}.rowid JOIN records AS r ON r.id = c.record_id "
-        f"WHERE {FTS_TABLE} MATCH :match AND {' AND '.join(clauses)} ORDER BY score, c.id LIMIT :limit"
-    ).bindparams(*(bindparam(name, expanding=True) for name in params if name not in ("match", "limit")))
-    return [(int(row[0]), float(row[1])) for row in conn.execute(statement, params)]
+        f"WHERE {FTS_TABLE} MATCH ? AND {where} ORDER BY score, c.id LIMIT ?"
+    )
+    params = (match, *(value for _name, values in conditions for value in values), limit)
+    return [(int(row[0]), float(row[1])) for row in conn.execute(sql, params)]
 
 
-def integrity_problem(conn: Connection) -> str | None:
+def integrity_problem(conn: sqlite3.Connection) -> str | None:
     """None when the full-text index matches its content table, else a short reason."""
-    from sqlalchemy.exc import DBAPIError
-
     try:
-        conn.exec_driver_sql(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
-    except DBAPIError as exc:
-        return type(exc.orig).__name__
+        conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.Error as exc:
+        return type(exc).__name__
     return None

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,6 +143,7 @@ PROJECTION_ID = "projection_id"  # random per database file; names its vector ma
 GENERATION = "generation"  # bumped by every change to records or chunks
 LAST_SYNC = "last_sync"  # RFC 3339 UTC with milliseconds
 SYNC_STARTED_NS = "sync_started_ns"  # wall clock when the last sync looked at the files
+FILES = "files"  # digest of every record file's path and metadata as the last sync stored them
 CHUNKER = "chunker"  # which token counter cut the chunks
 VECTOR_GENERATION = "vector_generation"  # generation the vector matrix files describe
 VECTOR_MODEL = "vector_model"  # JSON: model_id, model_version, model_checksum, dimension
@@ -158,29 +157,14 @@ def engine_for(path: Path, *, create: bool) -> Engine:
     """A writer's engine on the file; every connection gets the projection's pragmas (WAL,
     synchronous NORMAL, foreign keys, busy timeout). With `create=False` a missing file is an error
     instead of a new empty database. The caller disposes of it."""
-    return _engine(path, "rwc" if create else "rw", writer=True)
-
-
-def _engine(path: Path, mode: str, *, writer: bool) -> Engine:
     from sqlalchemy import create_engine, event
     from sqlalchemy.pool import NullPool
 
     engine = create_engine(
         "sqlite+pysqlite://",
-        creator=lambda: sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False),
+        creator=lambda: connect(path, create=create, writer=True),  # autocommit: SQLAlchemy's BEGIN is below
         poolclass=NullPool,  # a file renamed over the projection is picked up by the next connection
     )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout = 5000")
-        if writer:
-            cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -189,46 +173,61 @@ def _engine(path: Path, mode: str, *, writer: bool) -> Engine:
     return engine
 
 
-_READER_ENGINES = 16
-_readers: OrderedDict[Path, Engine] = OrderedDict()
-_readers_lock = threading.Lock()
-
-
 @contextmanager
-def reading(path: Path) -> Iterator[Connection]:
+def reading(path: Path) -> Iterator[sqlite3.Connection]:
     """One read transaction (a consistent snapshot) on an existing projection, without a lock.
 
-    Raises IndexUnavailable when the file is missing or cannot be read as a projection of this
-    version. Reader engines are kept per file (their compiled statements are reused); each read
-    still opens its own connection.
+    Readers use the driver's connection directly: a one-shot process answers a query without
+    importing SQLAlchemy. Each read opens its own connection (about half a millisecond), so a file
+    renamed over the projection is seen by the next read. Raises IndexUnavailable when the file is
+    missing or cannot be read as a projection of this version.
     """
-    from sqlalchemy.exc import DBAPIError
-
     if not path.is_file():
         raise IndexUnavailable(UNAVAILABLE_MESSAGE)
-    with _readers_lock:
-        engine = _readers.get(path)
-        if engine is None:
-            engine = _readers[path] = _engine(path, "rw", writer=False)
-            while len(_readers) > _READER_ENGINES:
-                _readers.popitem(last=False)[1].dispose()
-        _readers.move_to_end(path)
     try:
-        with engine.begin() as conn:
-            check_version(conn)
-            yield conn
-    except (DBAPIError, ProjectionUnusable) as exc:
+        conn = connect(path)
+    except sqlite3.Error as exc:
         raise IndexUnavailable(UNAVAILABLE_MESSAGE) from exc
-
-
-def check_version(conn: Connection) -> None:
-    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION`."""
-    from sqlalchemy.exc import DBAPIError
-
     try:
-        version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+        conn.execute("BEGIN")
+        check_version(conn)
+        yield conn
+    except (sqlite3.Error, ProjectionUnusable) as exc:
+        raise IndexUnavailable(UNAVAILABLE_MESSAGE) from exc
+    finally:
+        conn.close()  # ends the read transaction
+
+
+def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite3.Connection:
+    """A driver connection with the projection's pragmas (a writer's: WAL, synchronous NORMAL, foreign
+    keys), in autocommit mode: transactions are explicit `BEGIN`s. With `create=False` a missing file
+    is an error, not a new database."""
+    conn = sqlite3.connect(f"file:{path}?mode={'rwc' if create else 'rw'}", uri=True, check_same_thread=False,
+                           isolation_level=None)  # fmt: skip
+    pragmas = ("busy_timeout = 5000", *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL")
+                                        if writer else ()))  # fmt: skip
+    try:
+        for pragma in pragmas:
+            conn.execute(f"PRAGMA {pragma}")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
+def driver_connection(conn: Connection) -> sqlite3.Connection:
+    """The sqlite3 connection under a SQLAlchemy connection; statements on it join its transaction."""
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    return driver
+
+
+def check_version(conn: sqlite3.Connection) -> None:
+    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION`."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
         marker = get_setting(conn, FORMAT) if version == PROJECTION_VERSION else None
-    except DBAPIError as exc:
+    except sqlite3.Error as exc:
         raise ProjectionUnusable("unreadable") from exc
     if version != PROJECTION_VERSION or marker != PROJECTION_FORMAT:
         raise ProjectionUnusable(f"version {version}")
@@ -244,34 +243,29 @@ def create_schema(conn: Connection) -> None:
         "INSERT OR IGNORE INTO released_hashes(embed_hash) VALUES (old.embed_hash); END"
     )
     fts.create(conn)
-    set_settings(conn, {FORMAT: PROJECTION_FORMAT, PROJECTION_ID: uuid.uuid4().hex[:16], GENERATION: "0"})
+    set_settings(
+        driver_connection(conn), {FORMAT: PROJECTION_FORMAT, PROJECTION_ID: uuid.uuid4().hex[:16], GENERATION: "0"}
+    )
     conn.exec_driver_sql(f"PRAGMA user_version = {PROJECTION_VERSION}")
 
 
 # ---- settings ------------------------------------------------------------------------------
 
 
-def get_setting(conn: Connection, key: str) -> str | None:
-    from sqlalchemy import select
-
-    table = tables().settings
-    return conn.execute(select(table.c.value).where(table.c.key == key)).scalar()
+def get_setting(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM metadata WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
 
 
-def get_settings(conn: Connection) -> dict[str, str]:
-    from sqlalchemy import select
-
-    table = tables().settings
-    return {key: value for key, value in conn.execute(select(table.c.key, table.c.value))}
+def get_settings(conn: sqlite3.Connection) -> dict[str, str]:
+    return {key: value for key, value in conn.execute("SELECT key, value FROM metadata")}
 
 
-def set_settings(conn: Connection, values: dict[str, str]) -> None:
-    from sqlalchemy.dialects.sqlite import insert
-
-    table = tables().settings
-    for key, value in values.items():
-        statement = insert(table).values(key=key, value=value)
-        conn.execute(statement.on_conflict_do_update(index_elements=[table.c.key], set_={"value": value}))
+def set_settings(conn: sqlite3.Connection, values: dict[str, str]) -> None:
+    conn.executemany(
+        "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        list(values.items()),
+    )
 
 
 def model_identity(model: Any) -> str:

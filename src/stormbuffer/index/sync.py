@@ -18,8 +18,9 @@ import functools
 import hashlib
 import json
 import os
+import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -139,6 +140,9 @@ def sync_store(paths: StorePaths, embedder: Embedder | None = None, *, progress:
     scope = record_scope(paths)
     with projection_lock(paths):
         files = scan_files(paths)
+        current = _current_report(paths.index_path, files, embedder)
+        if current is not None:
+            return current
         engine, rebuilt = _open_for_writing(paths.index_path)
         try:
             report = _Sync(engine, paths, scope, embedder, progress).run(files)
@@ -189,6 +193,59 @@ def reindex_store(
         return report
 
 
+def files_fingerprint(files: Iterable[tuple[str, int, int, int]]) -> str:
+    """A digest of every record file's (path, size, mtime_ns, inode), in any order."""
+    lines = sorted(f"{path}\0{size}\0{mtime_ns}\0{inode}" for path, size, mtime_ns, inode in files)
+    return hashlib.blake2b("\n".join(lines).encode(), digest_size=16).hexdigest()
+
+
+def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder | None) -> SyncReport | None:
+    """The report of a sync with nothing to do, or None when there may be work (or any doubt).
+
+    Nothing to do means: the files have exactly the metadata the last sync stored (one digest
+    compared, not a row per file) and, given an embedder, its vectors are current. Only the
+    driver's connection is used, so a one-shot process reads without importing SQLAlchemy.
+    """
+    if not index_path.is_file():
+        return None
+    try:
+        conn = pj.connect(index_path, writer=True)
+    except sqlite3.Error:
+        return None
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        pj.check_version(conn)
+        settings = pj.get_settings(conn)
+        if settings.get(pj.FILES) != files_fingerprint((path, *stat) for path, stat in files.items()):
+            return None
+        if embedder is not None and not (
+            settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, index_path)
+        ):
+            return None
+        report = SyncReport(skipped=int(conn.execute("SELECT count(*) FROM records").fetchone()[0]))
+        report.invalid_files = [(path.removeprefix("records/"), message) for path, message in conn.execute(
+            "SELECT path, message FROM invalid_files ORDER BY path")]  # fmt: skip
+        pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(time.time_ns())})
+        conn.execute("COMMIT")
+        return report
+    except (sqlite3.Error, pj.ProjectionUnusable):
+        return None
+    finally:
+        conn.close()  # without COMMIT, the transaction is rolled back
+
+
+def matrix_token(settings: dict[str, str], index_path: Path) -> str | None:
+    """The token of the vector matrix files when they describe the projection's current generation.
+
+    Every change to chunks bumps the generation, and the matrix is written only after every
+    chunk has a vector, so a current matrix also means no vector is missing.
+    """
+    if settings.get(pj.VECTOR_GENERATION) != settings[pj.GENERATION] or pj.VECTOR_FILES not in settings:
+        return None
+    token: str = json.loads(settings[pj.VECTOR_FILES])["token"]
+    return token if all(path.is_file() for path in vector_files.file_names(index_path, token)) else None
+
+
 def _open_for_writing(path: Path) -> tuple[Engine, bool]:
     """An engine on a usable projection; a missing or unusable one is replaced by an empty one."""
     from sqlalchemy.exc import DBAPIError
@@ -200,7 +257,7 @@ def _open_for_writing(path: Path) -> tuple[Engine, bool]:
         engine = pj.engine_for(path, create=False)
         try:
             with engine.begin() as conn:
-                pj.check_version(conn)
+                pj.check_version(pj.driver_connection(conn))
             return engine, False
         except (DBAPIError, pj.ProjectionUnusable):
             engine.dispose()
@@ -276,9 +333,14 @@ class _Sync:
     def run(self, files: dict[str, Stat]) -> SyncReport:
         started = time.time_ns()
         with self.engine.begin() as conn:
-            if not self._unchanged(conn, files, started):
-                plan = self._plan(conn, files)
-                self._apply(conn, plan, started)
+            if self._unchanged(conn, files, started):
+                fingerprint = files_fingerprint((path, *stat) for path, stat in files.items())
+            else:
+                self._apply(conn, self._plan(conn, files), started)
+                fingerprint = files_fingerprint(pj.driver_connection(conn).execute(
+                    "SELECT path, size, mtime_ns, inode FROM records "
+                    "UNION ALL SELECT path, size, mtime_ns, inode FROM invalid_files"))  # fmt: skip
+            pj.set_settings(pj.driver_connection(conn), {pj.FILES: fingerprint})
         if self.embedder is not None:
             from ..embedding.errors import EmbeddingFailed
 
@@ -296,7 +358,7 @@ class _Sync:
         Compares whole dictionaries of (size, mtime_ns, inode) through the driver's cursor; this
         is the one place where per-row overhead matters.
         """
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = pj.driver_connection(conn).cursor()
         try:
             stored = {row[0]: row[1:] for row in cursor.execute("SELECT path, size, mtime_ns, inode FROM records")}
             invalid = {row[0]: row[1:] for row in cursor.execute(
@@ -312,12 +374,12 @@ class _Sync:
             return False
         self.report.skipped = len(stored)
         self.report.invalid_files = [(path.removeprefix("records/"), row[3]) for path, row in invalid.items()]
-        pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
+        pj.set_settings(pj.driver_connection(conn), {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
         return True
 
     def _plan(self, conn: Connection, files: dict[str, Stat]) -> _Plan:
         """Read the files whose metadata changed; settle duplicate ids by path order (first wins)."""
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = pj.driver_connection(conn).cursor()
         try:
             rows = {row[0]: row for row in cursor.execute(
                 "SELECT path, id, size, mtime_ns, inode, content_sha256 FROM records")}  # fmt: skip
@@ -416,8 +478,8 @@ class _Sync:
             conn.execute(t.invalid_files.insert(), invalid_rows)
         settings = {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)}
         if gone or reprojected:
-            settings[pj.GENERATION] = str(int(pj.get_setting(conn, pj.GENERATION) or 0) + 1)
-        pj.set_settings(conn, settings)
+            settings[pj.GENERATION] = str(int(pj.get_setting(pj.driver_connection(conn), pj.GENERATION) or 0) + 1)
+        pj.set_settings(pj.driver_connection(conn), settings)
 
     def _project(self, conn: Connection, batch: list[_Planned], racy_after: int) -> None:
         """Replace the rows of these records (by id and by path) and chunk their bodies."""
@@ -477,9 +539,10 @@ class _Sync:
         t = pj.tables()
         model = pj.model_identity(embedder)
         with self.engine.begin() as conn:
-            settings = pj.get_settings(conn)
+            settings = pj.get_settings(pj.driver_connection(conn))
             same_model = settings.get(pj.VECTOR_MODEL) == model
-            if same_model and self._matrix_current(settings):
+            self.matrix_token = matrix_token(settings, self.matrix_path) if same_model else None
+            if self.matrix_token is not None:
                 return
             if not same_model:
                 conn.execute(delete(t.vectors))
@@ -514,30 +577,16 @@ class _Sync:
             conn.execute(delete(t.vectors).where(t.vectors.c.embed_hash.in_(released),
                                                  t.vectors.c.embed_hash.not_in(still_used)))  # fmt: skip
             conn.execute(delete(t.released))
-            settings = pj.get_settings(conn)
+            settings = pj.get_settings(pj.driver_connection(conn))
             self.matrix_token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
             scopes = self._write_matrix(conn, embedder.dimension, self.matrix_token, previous)
-            pj.set_settings(conn, {
+            pj.set_settings(pj.driver_connection(conn), {
                 pj.VECTOR_GENERATION: settings[pj.GENERATION],
                 pj.VECTOR_MODEL: model,
                 pj.VECTOR_FILES: json.dumps({"token": self.matrix_token, "scopes": scopes}),
             })  # fmt: skip
         if self.carry_vectors_from is None:
             vector_files.remove_except(self.matrix_path, self.matrix_token)
-
-    def _matrix_current(self, settings: dict[str, str]) -> bool:
-        """True (and `matrix_token` set) when the matrix files describe the current generation.
-
-        Every change to chunks bumps the generation, and the matrix is written only after every
-        chunk has a vector, so a current matrix also means no vector is missing.
-        """
-        if settings.get(pj.VECTOR_GENERATION) != settings[pj.GENERATION] or pj.VECTOR_FILES not in settings:
-            return False
-        token = json.loads(settings[pj.VECTOR_FILES])["token"]
-        if not all(path.is_file() for path in vector_files.file_names(self.matrix_path, token)):
-            return False
-        self.matrix_token = token
-        return True
 
     def _previous_matrix(self, settings: dict[str, str]) -> vector_files.Matrix | None:
         """The last matrix written for this projection, whatever generation it describes."""
@@ -577,7 +626,7 @@ class _Sync:
         """
         import numpy as np
 
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = pj.driver_connection(conn).cursor()
         try:
             meta = cursor.execute(
                 "SELECT c.id, c.record_id, r.scope, r.status, r.access, r.kind FROM chunks AS c "

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..index import projection as pj
 from .hits import SearchHit, SearchOptions, scope_rank
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """A read transaction on one store's projection, with the metadata read at its start."""
 
-    conn: Connection
+    conn: sqlite3.Connection
     store_root: Path
     index_path: Path
     settings: dict[str, str]
@@ -41,8 +38,6 @@ def load_chunks(snapshot: Snapshot, chunk_ids: Iterable[int], options: SearchOpt
     """Chunk id → unscored hit with its record's aliases and file name, for the chunks whose record
     passes the options' filters.
 
-    Runs on every search, so the statement is plain SQL: SQLAlchemy's expanding `IN` costs more
-    than the query itself.
     """
     wanted = list(chunk_ids)
     if not wanted:
@@ -55,7 +50,7 @@ def load_chunks(snapshot: Snapshot, chunk_ids: Iterable[int], options: SearchOpt
     if options.kinds is not None:
         filters.append(("r.kind", options.kinds))
     where = " AND ".join(f"{column} IN ({', '.join('?' * len(values))})" for column, values in filters)
-    rows = snapshot.conn.exec_driver_sql(
+    rows = snapshot.conn.execute(
         "SELECT c.id, c.record_id, c.ordinal, c.text, r.title, r.kind, r.scope, r.status, r.access, r.path, "
         f"r.aliases, r.sources FROM chunks AS c JOIN records AS r ON r.id = c.record_id WHERE {where}",
         tuple(value for _column, values in filters for value in values),
