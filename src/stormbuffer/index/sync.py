@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from array import array
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -193,10 +195,16 @@ def reindex_store(
         return report
 
 
-def files_fingerprint(files: Iterable[tuple[str, int, int, int]]) -> str:
-    """A digest of every record file's (path, size, mtime_ns, inode), in any order."""
-    lines = sorted(f"{path}\0{size}\0{mtime_ns}\0{inode}" for path, size, mtime_ns, inode in files)
-    return hashlib.blake2b("\n".join(lines).encode(), digest_size=16).hexdigest()
+def files_fingerprint(files: dict[str, Stat]) -> str | None:
+    """A digest of every record file's path and (size, mtime_ns, inode) in scan order; None when a value
+    does not fit 64 bits. The same files listed in another order only cost a full check."""
+    try:
+        values = array("q", itertools.chain.from_iterable(files.values()))
+    except OverflowError:
+        return None
+    digest = hashlib.blake2b("\0".join(files).encode("utf-8", "surrogateescape"), digest_size=16)
+    digest.update(values.tobytes())
+    return digest.hexdigest()
 
 
 def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder | None) -> SyncReport | None:
@@ -216,15 +224,14 @@ def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder
         conn.execute("BEGIN IMMEDIATE")
         pj.check_version(conn)
         settings = pj.get_settings(conn)
-        if settings.get(pj.FILES) != files_fingerprint((path, *stat) for path, stat in files.items()):
+        fingerprint = files_fingerprint(files)
+        if fingerprint is None or settings.get(pj.FILES) != fingerprint:
             return None
         if embedder is not None and not (
             settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, index_path)
         ):
             return None
-        report = SyncReport(skipped=int(conn.execute("SELECT count(*) FROM records").fetchone()[0]))
-        report.invalid_files = [(path.removeprefix("records/"), message) for path, message in conn.execute(
-            "SELECT path, message FROM invalid_files ORDER BY path")]  # fmt: skip
+        report = SyncReport(skipped=_record_count(conn), invalid_files=_invalid_files(conn))
         pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(time.time_ns())})
         conn.execute("COMMIT")
         return report
@@ -232,6 +239,23 @@ def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder
         return None
     finally:
         conn.close()  # without COMMIT, the transaction is rolled back
+
+
+def _stored_stats(conn: sqlite3.Connection) -> dict[str, Stat]:
+    """Path → (size, mtime_ns, inode) of every file the projection knows, valid or not."""
+    rows = conn.execute("SELECT path, size, mtime_ns, inode FROM records "
+                        "UNION ALL SELECT path, size, mtime_ns, inode FROM invalid_files")  # fmt: skip
+    return {path: (size, mtime_ns, inode) for path, size, mtime_ns, inode in rows}
+
+
+def _record_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
+def _invalid_files(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(name under records/, reason) of every invalid file the projection knows, by name."""
+    rows = conn.execute("SELECT path, message FROM invalid_files ORDER BY path")
+    return [(path.removeprefix("records/"), message) for path, message in rows]
 
 
 def matrix_token(settings: dict[str, str], index_path: Path) -> str | None:
@@ -333,14 +357,11 @@ class _Sync:
     def run(self, files: dict[str, Stat]) -> SyncReport:
         started = time.time_ns()
         with self.engine.begin() as conn:
-            if self._unchanged(conn, files, started):
-                fingerprint = files_fingerprint((path, *stat) for path, stat in files.items())
-            else:
+            raw = pj.driver_connection(conn)
+            if not self._unchanged(raw, files, started):
                 self._apply(conn, self._plan(conn, files), started)
-                fingerprint = files_fingerprint(pj.driver_connection(conn).execute(
-                    "SELECT path, size, mtime_ns, inode FROM records "
-                    "UNION ALL SELECT path, size, mtime_ns, inode FROM invalid_files"))  # fmt: skip
-            pj.set_settings(pj.driver_connection(conn), {pj.FILES: fingerprint})
+            fingerprint = files_fingerprint(files) if _stored_stats(raw) == files else None
+            pj.set_settings(raw, {pj.FILES: fingerprint or ""})
         if self.embedder is not None:
             from ..embedding.errors import EmbeddingFailed
 
@@ -352,29 +373,13 @@ class _Sync:
 
     # -- planning --------------------------------------------------------------------------
 
-    def _unchanged(self, conn: Connection, files: dict[str, Stat], started: int) -> bool:
-        """The fast path: when every file has the metadata the projection recorded, only note the sync.
-
-        Compares whole dictionaries of (size, mtime_ns, inode) through the driver's cursor; this
-        is the one place where per-row overhead matters.
-        """
-        cursor = pj.driver_connection(conn).cursor()
-        try:
-            stored = {row[0]: row[1:] for row in cursor.execute("SELECT path, size, mtime_ns, inode FROM records")}
-            invalid = {row[0]: row[1:] for row in cursor.execute(
-                "SELECT path, size, mtime_ns, inode, message FROM invalid_files ORDER BY path")}  # fmt: skip
-        finally:
-            cursor.close()
-        if len(stored) + len(invalid) != len(files):
+    def _unchanged(self, conn: sqlite3.Connection, files: dict[str, Stat], started: int) -> bool:
+        """When every file has the metadata the projection recorded, only note the sync."""
+        if _stored_stats(conn) != files:
             return False
-        for path, (size, mtime_ns, inode, _message) in invalid.items():
-            if files.get(path) != (size, mtime_ns, inode):
-                return False
-        if any(files.get(path) != stat for path, stat in stored.items()):
-            return False
-        self.report.skipped = len(stored)
-        self.report.invalid_files = [(path.removeprefix("records/"), row[3]) for path, row in invalid.items()]
-        pj.set_settings(pj.driver_connection(conn), {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
+        self.report.skipped = _record_count(conn)
+        self.report.invalid_files = _invalid_files(conn)
+        pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
         return True
 
     def _plan(self, conn: Connection, files: dict[str, Stat]) -> _Plan:
