@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from stormbuffer.core.stores import StorePaths, View, record_scope
-from stormbuffer.index.fts import match_expression, query_terms
+from stormbuffer.index import projection as pj
+from stormbuffer.index.postings import Stats, problem, rank
+from stormbuffer.index.postings import terms as query_terms
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, search
 from tests.stores import canonical_bytes, make_store, write_record
@@ -36,9 +38,31 @@ def test_query_terms_split_on_everything_but_letters_digits_and_underscore() -> 
     assert query_terms("  !!! *** ::: ") == []
 
 
-def test_match_expressions_quote_every_term() -> None:
-    assert match_expression(["portable"]) == '"portable"*'
-    assert match_expression(["and", "or", "x"]) == '"and or x" OR "and"* OR "or"* OR "x"'
+def test_terms_match_as_prefixes_except_one_ascii_letter(store: StorePaths) -> None:
+    with pj.reading(store.index_path) as conn:
+        stats = Stats.of(pj.get_settings(conn))
+        assert stats.chunks == 4 and problem(conn) is None
+        prefix, _ = rank(conn, ["portab"], stats, 10)
+        whole, _ = rank(conn, ["portable"], stats, 10)
+        assert prefix.tolist() == whole.tolist() and len(whole) == 1
+        assert rank(conn, ["m"], stats, 10)[0].size == 0  # "m" is no term of any chunk; "md", "markdown" are
+        assert rank(conn, ["nothing"], stats, 10)[0].size == 0
+
+
+def test_bm25_ranks_rarer_and_more_frequent_terms_higher(tmp_path: Path) -> None:
+    paths = make_store(tmp_path)
+    write_record(paths, "One", "kiwi kiwi kiwi banana")
+    write_record(paths, "Two", "kiwi banana banana")
+    write_record(paths, "Three", "banana cherry")
+    write_record(paths, "Four", "cherry plum")
+    sync_store(paths)
+    with pj.reading(paths.index_path) as conn:
+        stats = Stats.of(pj.get_settings(conn))
+        chunk_titles = dict(conn.execute("SELECT c.id, r.title FROM chunks c JOIN records r ON r.id = c.record_id"))
+        ids, scores = rank(conn, ["kiwi"], stats, 10)
+        assert [chunk_titles[i] for i in ids.tolist()] == ["One", "Two"] and scores[0] > scores[1] > 0
+        ids, _ = rank(conn, ["banana", "plum"], stats, 10)  # banana is in 3 of 4 chunks: only plum counts
+        assert [chunk_titles[i] for i in ids.tolist()] == ["Four"]
 
 
 @pytest.mark.parametrize(

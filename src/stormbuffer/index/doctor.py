@@ -168,7 +168,7 @@ def _check_records(paths: StorePaths, scope: str, names: list[str], issues: list
 
 
 def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, tuple[str, str]]) -> None:
-    from . import fts
+    from . import postings
 
     issues = diagnosis.issues
     path = pj.existing_index_path(paths)
@@ -180,7 +180,7 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
             projected = {name: (record_id, sha256) for name, record_id, sha256 in conn.execute(
                 "SELECT path, id, content_sha256 FROM records")}  # fmt: skip
             settings = pj.get_settings(conn)
-            broken_fts = fts.integrity_problem(conn)
+            broken_lexical = postings.problem(conn)
             unembedded = conn.execute(
                 "SELECT count(*) FROM chunks WHERE embed_hash NOT IN (SELECT embed_hash FROM vectors)"
             ).fetchone()[0]
@@ -188,8 +188,8 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
         issues.append(Issue("failure", "projection", "the SQLite projection cannot be opened: it is damaged, "
                             "foreign or of another version", REPAIR_REINDEX))  # fmt: skip
         return
-    if broken_fts is not None:
-        issues.append(Issue("failure", "projection", "the SQLite projection's full-text index is inconsistent",
+    if broken_lexical is not None:
+        issues.append(Issue("failure", "projection", "the SQLite projection's lexical index is inconsistent",
                             REPAIR_REINDEX))  # fmt: skip
     for name, stored in sorted(projected.items()):
         if name not in valid:

@@ -1,6 +1,6 @@
 """The disposable SQLite projection of a store: tables, connections and versions.
 
-Written with SQLAlchemy Core; everything FTS5-specific lives in `fts.py`. The projection can always
+Written with SQLAlchemy Core; the lexical postings and their upkeep live in `postings.py`. The projection can always
 be rebuilt from the Markdown records, so a missing, unreadable or differently versioned file is
 replaced rather than migrated.
 
@@ -28,7 +28,7 @@ from ..core.stores import StorePaths, fallback_index_dir
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
 
-PROJECTION_VERSION = 3
+PROJECTION_VERSION = 4
 PROTOCOL_INDEX_VERSION = 6
 PROJECTION_FORMAT = "stormbuffer-projection"
 UNAVAILABLE_MESSAGE = (
@@ -49,6 +49,8 @@ class Tables:
     released: Table
     invalid_files: Table
     settings: Table
+    postings: Table
+    lexical_changes: Table
 
 
 def _define() -> Tables:
@@ -123,7 +125,20 @@ def _define() -> Tables:
         Column("key", Text, primary_key=True),
         Column("value", Text, nullable=False),
     )  # fmt: skip
-    return Tables(metadata, records, chunks, vectors, released, invalid_files, settings)
+    postings = Table(
+        "postings", metadata,
+        Column("term", Text, primary_key=True),
+        Column("entries", LargeBinary, nullable=False),  # packed (chunk id, occurrences, chunk length)
+        sqlite_with_rowid=False,
+    )  # fmt: skip
+    lexical_changes = Table(
+        "lexical_changes", metadata,
+        Column("seq", Integer, primary_key=True),
+        Column("chunk", Integer, nullable=False),
+        Column("added", Integer, nullable=False),  # 1: inserted, 0: deleted
+        Column("text", Text),  # a deleted chunk's retrieval text
+    )  # fmt: skip
+    return Tables(metadata, records, chunks, vectors, released, invalid_files, settings, postings, lexical_changes)
 
 
 _tables: Tables | None = None
@@ -235,14 +250,14 @@ def check_version(conn: sqlite3.Connection) -> None:
 
 def create_schema(conn: Connection) -> None:
     """Create every table of an empty database and stamp its version."""
-    from . import fts
+    from . import postings
 
     tables().metadata.create_all(conn)
     conn.exec_driver_sql(
         "CREATE TRIGGER chunks_release AFTER DELETE ON chunks BEGIN "
         "INSERT OR IGNORE INTO released_hashes(embed_hash) VALUES (old.embed_hash); END"
     )
-    fts.create(conn)
+    postings.create(conn)
     set_settings(
         driver_connection(conn), {FORMAT: PROJECTION_FORMAT, PROJECTION_ID: uuid.uuid4().hex[:16], GENERATION: "0"}
     )

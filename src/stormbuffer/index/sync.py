@@ -35,6 +35,7 @@ from ..core.errors import IndexBusy, IndexUnavailable, RecordError, StoreError
 from ..core.locks import LockBusy, exclusive_lock
 from ..core.records import Record
 from ..core.stores import StorePaths, record_scope
+from . import postings
 from . import projection as pj
 from . import vectors as vector_files
 from .chunking import approximate_token_count, chunk_body
@@ -482,6 +483,7 @@ class _Sync:
         if invalid_rows:
             conn.execute(t.invalid_files.insert(), invalid_rows)
         settings = {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)}
+        postings.apply_changes(pj.driver_connection(conn))
         if gone or reprojected:
             settings[pj.GENERATION] = str(int(pj.get_setting(pj.driver_connection(conn), pj.GENERATION) or 0) + 1)
         pj.set_settings(pj.driver_connection(conn), settings)

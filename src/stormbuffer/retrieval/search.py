@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import IndexUnavailable
 from ..core.stores import StorePaths, record_scope
-from ..index import fts
+from ..index import postings
 from ..index import projection as pj
 from .chunks import Snapshot
 from .fusion import fuse
@@ -130,7 +130,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
-    pending = _EMBEDDING.submit(_embed_query, embedder, query) if fts.query_terms(query) else None
+    pending = _EMBEDDING.submit(_embed_query, embedder, query) if postings.terms(query) else None
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
     try:
         for paths in stores:

@@ -1,0 +1,282 @@
+"""The lexical index: BM25 postings of every chunk's retrieval text, kept in the projection.
+
+Terms are the runs of Unicode letters, digits and `_` of a text, lowercased (`terms`); queries
+are split the same way, so nothing in a query is syntax. The `postings` table holds one row per
+term: every chunk containing it, as a packed little-endian array of (chunk id, occurrences of the
+term, terms in the chunk), sorted by chunk id. Ranking a query reads one row per query term (a
+range of rows for a prefix) and scores the chunks with NumPy.
+
+Maintenance is transactional: triggers on `chunks` log every inserted, updated and deleted chunk
+in `lexical_changes` (with the old text of a deleted one), and `apply_changes` folds the log into
+the postings before the writer commits. Term count and total length of all chunks, which BM25
+needs, are kept in the projection's metadata.
+
+Why not FTS5's `bm25()`: it costs 2–3 µs per matching row, and typical queries match a third or
+more of all chunks (on the scale corpus and on SciFact alike), so a store of 10,000 records spent
+15–30 ms per query in it; the packed postings answer in about a millisecond.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    from sqlalchemy import Connection
+
+K1 = 1.2  # BM25 term-frequency saturation
+B = 0.75  # BM25 length normalization
+IDF_FLOOR = 1e-6  # a term in half of the chunks or more still counts, a little
+MAX_COUNT = 0xFFFF  # occurrences and lengths are stored as 16-bit counts (saturating)
+STATS = "lexical_stats"  # metadata key: JSON {"chunks": n, "terms": total length}
+_BATCH = 500  # terms per statement
+_WORD = re.compile(r"\w+")  # for str patterns: str.isalnum() characters and "_"
+
+_TRIGGERS = (
+    "CREATE TRIGGER chunks_lexical_insert AFTER INSERT ON chunks BEGIN "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
+    "CREATE TRIGGER chunks_lexical_delete AFTER DELETE ON chunks BEGIN "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, old.retrieval_text); END",
+    "CREATE TRIGGER chunks_lexical_update AFTER UPDATE OF retrieval_text ON chunks BEGIN "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, old.retrieval_text); "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
+)
+
+
+def terms(text: str) -> list[str]:
+    """Lowercased runs of Unicode letters, digits and `_`; everything else separates terms."""
+    return [word.lower() for word in _WORD.findall(text)]
+
+
+def create(conn: Connection) -> None:
+    """The triggers that log changes of `chunks` (the tables are part of the projection's metadata)."""
+    for statement in _TRIGGERS:
+        conn.exec_driver_sql(statement)
+
+
+@cache
+def _entry() -> np.dtype:
+    import numpy as np
+
+    return np.dtype([("chunk", "<i4"), ("count", "<u2"), ("length", "<u2")])
+
+
+@dataclass(frozen=True)
+class Stats:
+    chunks: int
+    terms: int  # total length of all chunks, in terms
+
+    @classmethod
+    def of(cls, settings: dict[str, str]) -> Stats:
+        stored = json.loads(settings.get(STATS, '{"chunks": 0, "terms": 0}'))
+        return cls(int(stored["chunks"]), int(stored["terms"]))
+
+    @property
+    def average_length(self) -> float:
+        return self.terms / self.chunks if self.chunks else 1.0
+
+
+# ---- maintenance ---------------------------------------------------------------------------
+
+
+def apply_changes(conn: sqlite3.Connection) -> None:
+    """Fold the logged chunk changes into the postings and the statistics, and clear the log.
+
+    Runs inside the writer's transaction. A chunk inserted and deleted within one log never
+    reaches the postings.
+    """
+    added: set[int] = set()
+    removed: dict[int, str] = {}
+    for chunk, was_added, old_text in conn.execute("SELECT chunk, added, text FROM lexical_changes ORDER BY seq"):
+        if was_added:
+            added.add(chunk)
+        elif chunk in added:
+            added.discard(chunk)
+        else:
+            removed[chunk] = old_text
+    if not added and not removed:
+        conn.execute("DELETE FROM lexical_changes")
+        return
+    stats = Stats.of(dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall()))
+    dropped: dict[str, set[int]] = {}
+    total = stats.terms
+    for chunk, text in removed.items():
+        words = terms(text)
+        total -= len(words)
+        for term in set(words):
+            dropped.setdefault(term, set()).add(chunk)
+    new = _Accumulator()
+    for chunk, text in conn.execute(
+        "SELECT c.id, c.retrieval_text FROM lexical_changes AS l JOIN chunks AS c ON c.id = l.chunk "
+        "WHERE l.added = 1 ORDER BY c.id"
+    ):
+        if chunk in added:
+            added.discard(chunk)  # an id logged twice (updated) is read once
+            total += new.add(chunk, text)
+    _merge(conn, new, dropped)
+    chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    conn.execute(
+        "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (STATS, json.dumps({"chunks": chunks, "terms": total})),
+    )
+    conn.execute("DELETE FROM lexical_changes")
+
+
+class _Accumulator:
+    """Postings of new chunks, per term, in compact arrays (a whole store's fit in memory)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[array[int], array[int], array[int]]] = {}
+
+    def add(self, chunk: int, text: str) -> int:
+        """Add one chunk's terms; returns its length in terms."""
+        words = terms(text)
+        length = min(len(words), MAX_COUNT)
+        for term, count in Counter(words).items():
+            found = self.entries.get(term)
+            if found is None:
+                found = self.entries[term] = (array("i"), array("H"), array("H"))
+            found[0].append(chunk)
+            found[1].append(min(count, MAX_COUNT))
+            found[2].append(length)
+        return len(words)
+
+    def packed(self, term: str) -> np.ndarray:
+        import numpy as np
+
+        found = self.entries.get(term)
+        out = np.empty(0 if found is None else len(found[0]), dtype=_entry())
+        if found is not None:
+            for name, values in zip(("chunk", "count", "length"), found, strict=True):
+                out[name] = np.frombuffer(values, dtype=values.typecode)
+        return out
+
+
+def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[int]]) -> None:
+    import numpy as np
+
+    touched = sorted(new.entries.keys() | dropped.keys())
+    for batch in _batches(touched):
+        stored = dict(conn.execute(
+            f"SELECT term, entries FROM postings WHERE term IN ({', '.join('?' * len(batch))})", batch))  # fmt: skip
+        writes, deletes = [], []
+        for term in batch:
+            entries = np.frombuffer(stored.get(term, b""), dtype=_entry())
+            if term in dropped:
+                entries = entries[~np.isin(entries["chunk"], np.fromiter(dropped[term], dtype=np.int64))]
+            if term in new.entries:
+                entries = np.concatenate([entries, new.packed(term)])
+                entries = entries[np.argsort(entries["chunk"], kind="stable")]
+            if entries.size:
+                writes.append((term, entries.tobytes()))
+            else:
+                deletes.append((term,))
+        conn.executemany(
+            "INSERT INTO postings(term, entries) VALUES (?, ?) "
+            "ON CONFLICT(term) DO UPDATE SET entries = excluded.entries",
+            writes,
+        )
+        conn.executemany("DELETE FROM postings WHERE term = ?", deletes)
+
+
+def problem(conn: sqlite3.Connection) -> str | None:
+    """None when the postings and statistics are exactly those of the chunks, else a short reason."""
+    if conn.execute("SELECT count(*) FROM lexical_changes").fetchone()[0]:
+        return "unapplied changes"
+    expected = _Accumulator()
+    total = sum(expected.add(chunk, text) for chunk, text in conn.execute(
+        "SELECT id, retrieval_text FROM chunks ORDER BY id"))  # fmt: skip
+    chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    settings = dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall())
+    if Stats.of(settings) != Stats(chunks, total):
+        return "statistics differ"
+    stored = 0
+    for term, entries in conn.execute("SELECT term, entries FROM postings"):
+        stored += 1
+        if term not in expected.entries or expected.packed(term).tobytes() != entries:
+            return "postings differ"
+    return None if stored == len(expected.entries) else "postings differ"
+
+
+def _batches(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), _BATCH):
+        yield items[start : start + _BATCH]
+
+
+# ---- ranking -------------------------------------------------------------------------------
+
+
+def rank(
+    conn: sqlite3.Connection, query_terms: Iterable[str], stats: Stats, limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk ids, BM25 scores) of the best `limit` chunks matching a query term, best first (ties by
+    chunk id).
+
+    Each distinct term matches as a prefix of a chunk's terms, except a one-letter ASCII term,
+    which matches only itself (as a prefix it would match most of the index). A term found in at
+    least half of the chunks adds almost nothing to BM25 (its inverse document frequency is not
+    positive), so it is left out when rarer terms remain: chunks that match only such words
+    ("the", "to", "of") are not scored at all, which changes no ranking among the rest.
+    """
+    import numpy as np
+
+    matched = [found for term in dict.fromkeys(query_terms) if (found := _matches(conn, term)).size]
+    rarer = [entries for entries in matched if 2 * entries.size < stats.chunks]
+    chosen = rarer or matched
+    if not chosen or limit < 1:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    chunk_ids = np.concatenate([entries["chunk"] for entries in chosen])
+    weights = np.concatenate([_weights(entries, stats) for entries in chosen])
+    dense = np.bincount(chunk_ids, weights=weights)
+    found = np.flatnonzero(dense)
+    scores = dense[found]
+    if found.size > limit:  # everything scoring at least the limit-th best, then ordered
+        cut = np.partition(scores, found.size - limit)[found.size - limit]
+        kept = scores >= cut
+        found, scores = found[kept], scores[kept]
+    order = np.lexsort((found, -scores))[:limit]
+    return found[order], scores[order]
+
+
+def _matches(conn: sqlite3.Connection, term: str) -> np.ndarray:
+    """The postings of one query term: its own, or the merged postings of every term it prefixes."""
+    import numpy as np
+
+    if len(term) == 1 and term.isascii():
+        rows = conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchall()
+    elif ord(term[-1]) < 0x10FFFF:
+        after = term[:-1] + chr(ord(term[-1]) + 1)
+        rows = conn.execute("SELECT entries FROM postings WHERE term >= ? AND term < ?", (term, after)).fetchall()
+    else:
+        rows = conn.execute("SELECT entries FROM postings WHERE term >= ? AND substr(term, 1, ?) = ?",
+                            (term, len(term), term)).fetchall()  # fmt: skip
+    if len(rows) <= 1:
+        return np.frombuffer(rows[0][0] if rows else b"", dtype=_entry())
+    entries = np.concatenate([np.frombuffer(row[0], dtype=_entry()) for row in rows])
+    counts = np.bincount(entries["chunk"], weights=entries["count"])
+    lengths = np.zeros(counts.size, dtype=np.uint16)
+    lengths[entries["chunk"]] = entries["length"]
+    chunks = np.flatnonzero(counts)
+    merged = np.empty(chunks.size, dtype=_entry())
+    merged["chunk"], merged["length"] = chunks, lengths[chunks]
+    merged["count"] = np.minimum(counts[chunks], MAX_COUNT)
+    return merged
+
+
+def _weights(entries: np.ndarray, stats: Stats) -> np.ndarray:
+    """BM25 of one query term for each chunk in its postings."""
+    found = entries.size
+    idf = max(IDF_FLOOR, math.log((stats.chunks - found + 0.5) / (found + 0.5)))
+    count = entries["count"].astype(float)
+    norm = K1 * (1.0 - B + B * entries["length"] / stats.average_length)
+    weights: np.ndarray = idf * count * (K1 + 1.0) / (count + norm)
+    return weights

@@ -1,0 +1,116 @@
+"""The lexical postings against real projections: exact BM25, prefixes, and upkeep through every kind of change."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stormbuffer.core.stores import StorePaths
+from stormbuffer.index import projection as pj
+from stormbuffer.index.postings import IDF_FLOOR, K1, B, Stats, problem, rank, terms
+from stormbuffer.index.sync import reindex_store, sync_store
+from tests.stores import make_store, write_record
+
+WORDS = ["alpha", "alps", "beta", "bet", "gamma", "delta", "x", "xenon", "über", "überall"]
+
+
+def reference_bm25(texts: dict[int, str], query: list[str]) -> dict[int, float]:
+    """Chunk id → BM25, written out plainly: each distinct query term as a prefix (one ASCII letter:
+    exactly), terms in half of the chunks or more dropped while rarer ones remain."""
+    words = {chunk: terms(text) for chunk, text in texts.items()}
+    average = sum(len(w) for w in words.values()) / len(words)
+
+    def hits(term: str, word: str) -> bool:
+        return word == term if len(term) == 1 and term.isascii() else word.startswith(term)
+
+    found = {
+        term: {c: n for c, w in words.items() if (n := sum(hits(term, x) for x in w))} for term in dict.fromkeys(query)
+    }
+    found = {term: chunks for term, chunks in found.items() if chunks}
+    rarer = {term: chunks for term, chunks in found.items() if 2 * len(chunks) < len(texts)}
+    scores: Counter[int] = Counter()
+    for chunks in (rarer or found).values():
+        idf = max(IDF_FLOOR, math.log((len(texts) - len(chunks) + 0.5) / (len(chunks) + 0.5)))
+        for chunk, count in chunks.items():
+            norm = K1 * (1 - B + B * len(words[chunk]) / average)
+            scores[chunk] += idf * count * (K1 + 1) / (count + norm)
+    return dict(scores)
+
+
+def chunk_texts(paths: StorePaths) -> dict[int, str]:
+    with pj.reading(paths.index_path) as conn:
+        return dict(conn.execute("SELECT id, retrieval_text FROM chunks"))
+
+
+bodies = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(bodies, min_size=1, max_size=8),
+    st.lists(st.sampled_from([*WORDS, "al", "ü", "b"]), min_size=1, max_size=4),
+)
+def test_rank_is_exactly_bm25_over_prefix_matches(texts: list[str], query: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        paths = make_store(Path(directory))
+        for n, text in enumerate(texts):
+            write_record(paths, f"Record {n}", text)
+        sync_store(paths)
+        expected = reference_bm25(chunk_texts(paths), query)
+        with pj.reading(paths.index_path) as conn:
+            stats = Stats.of(pj.get_settings(conn))
+            ids, scores = rank(conn, query, stats, 1000)
+            assert problem(conn) is None
+        got = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+        assert got.keys() == expected.keys()
+        for chunk, score in expected.items():
+            assert math.isclose(got[chunk], score, rel_tol=1e-9)
+        order = sorted(expected, key=lambda chunk: (-got[chunk], chunk))
+        assert ids.tolist() == order
+        for limit in (1, 2, 3):
+            with pj.reading(paths.index_path) as conn:
+                assert rank(conn, query, stats, limit)[0].tolist() == order[:limit]
+
+
+def test_every_kind_of_change_keeps_the_postings_those_of_a_rebuild(tmp_path: Path) -> None:
+    paths = make_store(tmp_path)
+    kept = write_record(paths, "Kept", "alpha beta gamma")
+    edited = write_record(paths, "Edited", "delta delta xenon")
+    gone = write_record(paths, "Gone", "überall alps")
+    sync_store(paths)
+    target = paths.records / f"{edited.id}.md"
+    target.write_text(target.read_text().replace("delta delta xenon", "gamma bet\n\n## Second\n\nalpha again"))
+    (paths.records / f"{gone.id}.md").unlink()
+    (paths.records / f"{kept.id}.md").rename(paths.records / "kept-renamed.md")
+    write_record(paths, "New", "brand new words for beta")
+    report = sync_store(paths)
+    assert report.indexed == 3 and report.removed == 1
+    with pj.reading(paths.index_path) as conn:
+        assert problem(conn) is None
+        stats = Stats.of(pj.get_settings(conn))
+        assert stats.chunks == conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM postings WHERE term = 'überall'").fetchone()[0] == 0
+        before = dict(conn.execute("SELECT term, entries FROM postings"))
+    reindex_store(paths)
+    with pj.reading(paths.index_path) as conn:
+        assert problem(conn) is None
+        rebuilt = dict(conn.execute("SELECT term, entries FROM postings"))
+    assert before.keys() == rebuilt.keys()  # chunk ids differ after a rebuild; the terms do not
+
+
+def test_damaged_postings_are_reported(tmp_path: Path) -> None:
+    paths = make_store(tmp_path)
+    write_record(paths, "Note", "alpha beta")
+    sync_store(paths)
+    conn = pj.connect(paths.index_path, writer=True)
+    try:
+        conn.execute("DELETE FROM postings WHERE term = 'alpha'")
+    finally:
+        conn.close()
+    with pj.reading(paths.index_path) as reader:
+        assert problem(reader) == "postings differ"
