@@ -214,6 +214,14 @@ def test_the_reference_store_works_without_init(sandbox: Sandbox) -> None:
     assert {name: digest for name, digest in after.items() if name in before} == before
 
 
+def test_init_embeds_the_records_already_there(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Deploy ritual", "Two approvals before production deploys.")
+    assert "Already initialized" in ok(sandbox.sbuf("--project", "init"))
+    assert "Status: healthy" in ok(sandbox.sbuf("--project", "doctor"))  # vectors current: no warning
+    assert counts(ok(sandbox.sbuf("--project", "sync")))["Embedded"] == 0
+
+
 def test_doctor_and_repair(sandbox: Sandbox) -> None:
     scope = project_store(sandbox)
     put(sandbox.project_root, ID_A, scope, "Repairable", "The projection can always be rebuilt.")

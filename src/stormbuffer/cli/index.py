@@ -61,7 +61,7 @@ def sync() -> None:
 
     paths = _initialized_store("could not sync the index")
     embedder, _reason = _embedder(paths)
-    with _progress() as progress, failing("could not sync the index"):
+    with sync_progress() as progress, failing("could not sync the index"):
         report = sync_store(paths, embedder, progress=progress)
     _print_counts(report)
     if report.vector_failure is not None:
@@ -110,7 +110,7 @@ def reindex() -> None:
 
     paths = _initialized_store("could not rebuild the index")
     embedder, reason = _embedder(paths)
-    with _progress() as progress, failing("could not rebuild the index"):
+    with sync_progress() as progress, failing("could not rebuild the index"):
         report = reindex_store(paths, embedder, progress=progress)
     out = current().out()
     click.echo(out.field("Reindexed", str(report.indexed)))
@@ -124,7 +124,7 @@ def reindex() -> None:
 
 
 @contextmanager
-def _progress() -> Iterator[Progress | None]:
+def sync_progress() -> Iterator[Progress | None]:
     """Progress bars on a terminal's stderr with records, chunks and embeddings per second; None otherwise."""
     if not sys.stderr.isatty():
         yield None

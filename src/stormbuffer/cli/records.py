@@ -105,17 +105,23 @@ def init(shared: bool) -> None:
 
 
 def _prepare_retrieval(paths: StorePaths) -> None:
-    """Sync the search index once and acquire the embedding model, so that hybrid retrieval works offline."""
-    from ..embedding import ModelUnavailable, acquire_model
+    """Acquire the embedding model, then sync the search index with it, so that hybrid retrieval works
+    offline from the first query. Without the model the index is still built (lexical) before failing."""
+    from ..embedding import EmbedderInitError, ModelUnavailable, acquire_model, load_embedder
     from ..index.sync import sync_store
+    from .index import sync_progress
 
-    with failing("could not initialize the search index"):
-        report = sync_store(paths, embedder=None)
-    fail_on_invalid_records(report.invalid_files)
+    embedder, problem = None, None
     try:
         acquire_model(paths.cache_dir)
-    except ModelUnavailable as exc:
-        fail(f"store initialized, but the verified local embedding model is unavailable: {exc}")
+        embedder = load_embedder(paths.cache_dir)
+    except (ModelUnavailable, EmbedderInitError) as exc:
+        problem = str(exc)
+    with sync_progress() as progress, failing("could not initialize the search index"):
+        report = sync_store(paths, embedder=embedder, progress=progress)
+    fail_on_invalid_records(report.invalid_files)
+    if problem is not None:
+        fail(f"store initialized, but the verified local embedding model is unavailable: {problem}")
 
 
 @command("root", help="Print the resolved store root, whether or not it is initialized.")
