@@ -26,3 +26,11 @@ check: lint test
 # Render the protocol reference in docs/reference/ (Markdown and HTML) from schema/v1/.
 docs:
     {{python}} scripts/render_schema_docs.py
+
+# Run every benchmark (scale, retrieval quality, one-shot invoke and MCP latency); each prints a table
+# and saves bench/results/*.json. Takes long on a small machine; run one script alone to iterate.
+bench:
+    {{python}} bench/scale.py
+    {{python}} bench/quality.py
+    {{python}} bench/invoke_latency.py
+    {{python}} bench/mcp_latency.py
