@@ -27,8 +27,7 @@ check: lint test
 docs:
     {{python}} scripts/render_schema_docs.py
 
-# Run every benchmark (scale, retrieval quality, one-shot invoke and MCP latency); each prints a table
-# and saves bench/results/*.json. Takes long on a small machine; run one script alone to iterate.
+# Every benchmark, saved to bench/results/*.json (long on a small machine: run one script to iterate).
 bench:
     {{python}} bench/scale.py
     {{python}} bench/quality.py
