@@ -108,16 +108,17 @@ def scan_files(paths: StorePaths) -> dict[str, Stat]:
     if not paths.records.is_dir():
         raise StoreError("the canonical records directory is missing")
     found: dict[str, Stat] = {}
-    pending = [(str(paths.records), "records")]
+    pending = [(str(paths.records), "records/")]
     while pending:
-        directory, relative = pending.pop()
+        directory, prefix = pending.pop()
         with os.scandir(directory) as entries:
             for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, f"{relative}/{entry.name}"))
-                elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                name = entry.name
+                if name.endswith(".md") and entry.is_file(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
-                    found[f"{relative}/{entry.name}"] = (info.st_size, info.st_mtime_ns, info.st_ino)
+                    found[prefix + name] = (info.st_size, info.st_mtime_ns, info.st_ino)
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, f"{prefix}{name}/"))
     return found
 
 
