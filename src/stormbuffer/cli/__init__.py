@@ -12,6 +12,8 @@ def main() -> None:
 
         print(f"sbuf {__version__}")
         raise SystemExit(0)
+    from ..threads import limit_math_threads
     from .main import main as run
 
+    limit_math_threads()
     run()

@@ -1,16 +1,17 @@
 """The shared model cache under `<cache_dir>/models/`: acquisition, the loader's check, verification.
 
 Acquisition (exclusive lock) builds the ONNX graph from a verified offline package, or downloads
-the pinned prebuilt export when no package is installed, and writes a manifest last. Loading
-(shared lock) trusts the manifest when every file still has its recorded size and mtime; full
-hashes are computed only by acquisition and `verify`.
+the pinned prebuilt export when no package is installed, saves the graph as onnxruntime optimises
+it (see `sessions`), and writes a manifest last. Loading (shared lock) trusts the manifest when
+every file still has its recorded size and mtime; full hashes are computed only by acquisition
+and `verify`.
 """
 
 from __future__ import annotations
 
 import fcntl
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +34,11 @@ from .manifest import (
     write_manifest,
 )
 from .onnx_graph import GRAPH_VERSION, write_model
+from .sessions import MODEL_FILE, OPTIMIZED_NAMES, runtime_tag, write_optimized_graph
 from .sources import PINNED_SHA256, OfflineSource, find_offline_sources, select_offline_source
 
 MODELS_DIR = "models"
 LOCK_NAME = ".lock"
-MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 DOWNLOAD_DIR = "Qdrant-all-MiniLM-L6-v2-onnx"
 DOWNLOAD_VARIANT = "qdrant"
@@ -92,8 +93,12 @@ def acquire(
             report("verifying the installed model files")
             source = select_offline_source(candidates)
             if source is not None:
-                return _acquire_built(models / built_dir_name(variant), source, variant, report)
-            return _acquire_download(models / DOWNLOAD_DIR, artifacts, base_url or DEFAULT_BASE_URL, report)
+                directory = models / built_dir_name(variant)
+                manifest = _acquire_built(directory, source, variant, report)
+            else:
+                directory = models / DOWNLOAD_DIR
+                manifest = _acquire_download(directory, artifacts, base_url or DEFAULT_BASE_URL, report)
+            return _with_optimized_graph(directory, manifest, report)
     except OSError as exc:  # the reason only: the file name would be a host path
         raise ModelUnavailable(f"the model cache could not be written ({exc.strerror or type(exc).__name__})") from exc
 
@@ -105,7 +110,7 @@ def installed_model(cache_dir: Path, variant: str) -> tuple[Path, ModelManifest]
     Raises ModelUnavailable when nothing is acquired, EmbedderInitError when the cache is damaged.
     """
     directory, manifest = _find_installed(cache_dir, variant)
-    problems = stat_problems(manifest, directory)
+    problems = stat_problems(manifest.files, directory)
     if problems:
         raise EmbedderInitError(f"the cached embedding model is damaged ({'; '.join(problems)}); {REPAIR}")
     return directory, manifest
@@ -117,7 +122,7 @@ def verify(cache_dir: Path, variant: str) -> list[str]:
     try:
         with reading(cache_dir):
             directory, manifest = _find_installed(cache_dir, variant)
-            return hash_problems(manifest, directory)
+            return hash_problems(manifest.recorded_files(), directory)
     except (ModelUnavailable, EmbedderInitError) as exc:
         return [str(exc)]
 
@@ -185,7 +190,7 @@ def _download_recipe(artifacts: Sequence[Artifact]) -> dict[str, Any]:
 
 
 def _reusable(directory: Path, recipe: dict[str, Any]) -> ModelManifest | None:
-    """The existing manifest when it was made from `recipe` and every file hashes as recorded.
+    """The existing manifest when it was made from `recipe` and every model file hashes as recorded.
 
     Files whose content is intact but whose mtime changed (a copy, a restore) get fresh records.
     """
@@ -195,12 +200,42 @@ def _reusable(directory: Path, recipe: dict[str, Any]) -> ModelManifest | None:
         return None
     if manifest is None or manifest.model_checksum != recipe_checksum(recipe):
         return None
-    if hash_problems(manifest, directory):
+    if hash_problems(manifest.files, directory):
         return None
-    if stat_problems(manifest, directory):
-        manifest = replace(manifest, files={name: FileRecord.of(directory / name) for name in manifest.files})
+    if stat_problems(manifest.files, directory):
+        manifest = replace(manifest, files=_fresh_records(directory, manifest.files))
         write_manifest(directory, manifest)
     return manifest
+
+
+def _with_optimized_graph(directory: Path, manifest: ModelManifest, report: Callable[[str], None]) -> ModelManifest:
+    """The manifest with an intact optimized graph saved by this onnxruntime, writing one if needed.
+
+    When it cannot be written the manifest records none and the model loads from its model file.
+    """
+    optimized = manifest.optimized
+    if optimized is not None and optimized.runtime == runtime_tag() and not hash_problems(optimized.files, directory):
+        if stat_problems(optimized.files, directory):
+            manifest = replace(manifest, optimized=replace(optimized, files=_fresh_records(directory, optimized.files)))
+            write_manifest(directory, manifest)
+        return manifest
+    if optimized is not None:  # forget the old files before replacing them
+        manifest = replace(manifest, optimized=None)
+        write_manifest(directory, manifest)
+    report("optimizing the embedding model for fast loading")
+    try:
+        manifest = replace(manifest, optimized=write_optimized_graph(directory))
+    except Exception:  # onnxruntime's own exception types, or OSError: the model works without it
+        for name in OPTIMIZED_NAMES:
+            with suppress(OSError):
+                (directory / name).unlink(missing_ok=True)
+        return manifest
+    write_manifest(directory, manifest)
+    return manifest
+
+
+def _fresh_records(directory: Path, files: dict[str, FileRecord]) -> dict[str, FileRecord]:
+    return {name: FileRecord.of(directory / name) for name in files}
 
 
 def _start_over(directory: Path) -> None:

@@ -6,11 +6,8 @@ exists), is verified against its pinned blake3 hash and only then renamed into p
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +58,8 @@ def download_artifacts(
     Artifacts already present with the right hash are kept. A `.part` file survives an interrupted
     transfer (so the next call resumes it) but is deleted when the finished file fails verification.
     """
+    import http.client  # the HTTP modules load only when something is downloaded
+
     dest.mkdir(parents=True, exist_ok=True)
     for artifact in artifacts:
         final = dest / artifact.name
@@ -86,6 +85,9 @@ def download_artifacts(
 
 def _fetch(url: str, part: Path) -> None:
     """Stream `url` into `part`, continuing an existing partial file when the server allows it."""
+    import urllib.error
+    import urllib.request
+
     offset = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(url, headers={"User-Agent": "stormbuffer"})
     if offset:
@@ -127,6 +129,8 @@ def _range_start(content_range: str | None) -> int | None:
 
 
 def _describe(exc: BaseException) -> str:
+    import urllib.error
+
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
     if isinstance(exc, urllib.error.URLError):

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cache import MODEL_FILE, TOKENIZER_FILE, installed_model, reading
+from .cache import TOKENIZER_FILE, installed_model, reading
 from .errors import EmbedderInitError, EmbeddingFailed
 from .manifest import ModelManifest
+from .sessions import open_session
 from .tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -23,9 +23,19 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class Embedder:
-    """Turns texts of at most `max_tokens` tokens into L2-normalised float32 vectors."""
+    """Turns texts of at most `max_tokens` tokens into L2-normalised float32 vectors.
 
-    def __init__(self, session: onnxruntime.InferenceSession, tokens: TokenCounter, manifest: ModelManifest):
+    `graph_file` names the graph the session runs: the saved optimized graph, or the model file.
+    """
+
+    def __init__(
+        self,
+        session: onnxruntime.InferenceSession,
+        tokens: TokenCounter,
+        manifest: ModelManifest,
+        graph_file: str,
+    ):
+        self.graph_file = graph_file
         self.model_id = manifest.model_id
         self.model_version = manifest.model_version
         self.model_checksum = manifest.model_checksum
@@ -106,7 +116,7 @@ def load(cache_dir: Path, variant: str) -> Embedder:
     try:
         with reading(cache_dir):
             directory, manifest = installed_model(cache_dir, variant)
-            session = _session(directory / MODEL_FILE)
+            session, graph_file = open_session(directory, manifest)
             tokenizer_json = (directory / TOKENIZER_FILE).read_text(encoding="utf-8")
     except OSError as exc:
         raise EmbedderInitError(f"the model cache cannot be read ({exc.strerror or type(exc).__name__})") from exc
@@ -114,23 +124,4 @@ def load(cache_dir: Path, variant: str) -> Embedder:
         tokens = TokenCounter.from_json(tokenizer_json)
     except ValueError as exc:
         raise EmbedderInitError("the cached tokenizer is damaged; run `sbuf init` to repair it") from exc
-    return Embedder(session, tokens, manifest)
-
-
-def _session(model_path: Path) -> onnxruntime.InferenceSession:
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = _threads()
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only
-    try:
-        return onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types
-        raise EmbedderInitError("the cached embedding model cannot be loaded; run `sbuf init` to repair it") from exc
-
-
-def _threads() -> int:
-    """Half the cores, at most 4: a store is used alongside editors, agents and builds, and on a busy
-    machine extra intra-op threads make onnxruntime slower, not faster (one core of two here)."""
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
+    return Embedder(session, tokens, manifest, graph_file)

@@ -13,7 +13,8 @@ from stormbuffer.core.atomic import write_atomic
 from .files import sha256_file
 
 MANIFEST_NAME = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added `optimized`
+READABLE_VERSIONS = (1, 2)  # a version 1 manifest reads as one without an optimized graph
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,18 @@ class FileRecord:
 
 
 @dataclass(frozen=True)
+class OptimizedGraph:
+    """The model graph as onnxruntime optimised it, saved beside the model (see `sessions`).
+
+    Derived data: only the `runtime` that wrote it loads it, and a process whose check of these
+    files fails uses the model file instead.
+    """
+
+    runtime: str
+    files: dict[str, FileRecord]
+
+
+@dataclass(frozen=True)
 class ModelManifest:
     """Everything a loader needs to trust a cached model without re-hashing it."""
 
@@ -46,20 +59,28 @@ class ModelManifest:
     source_hashes: dict[str, str]  # source file name -> "sha256:<hex>" or "blake3:<hex>"
     files: dict[str, FileRecord]  # file name in the model folder -> record
     created_at: str
+    optimized: OptimizedGraph | None = None
     format_version: int = FORMAT_VERSION
+
+    def recorded_files(self) -> dict[str, FileRecord]:
+        """Every file the manifest vouches for: the model's and the optimized graph's."""
+        return self.files | (self.optimized.files if self.optimized else {})
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ModelManifest:
-        """Parse a manifest; raises ValueError when it is malformed or of another format version."""
+        """Parse a manifest; raises ValueError when it is malformed or of an unknown format version."""
         try:
             data = json.loads(text)
-            if data.get("format_version") != FORMAT_VERSION:
+            if data.pop("format_version", None) not in READABLE_VERSIONS:
                 raise ValueError("unsupported manifest format version")
-            files = {str(name): FileRecord(**record) for name, record in data.pop("files").items()}
-            manifest = cls(files=files, **data)
+            files = _file_records(data.pop("files"))
+            optimized = data.pop("optimized", None)
+            if optimized is not None:
+                optimized = OptimizedGraph(**(optimized | {"files": _file_records(optimized["files"])}))
+            manifest = cls(files=files, optimized=optimized, **data)
             well_typed = manifest._well_typed()
         except (AttributeError, TypeError, KeyError, json.JSONDecodeError) as exc:
             raise ValueError("malformed model manifest") from exc
@@ -77,19 +98,27 @@ class ModelManifest:
             self.created_at,
             *self.source_hashes.keys(),
             *self.source_hashes.values(),
+            *([self.optimized.runtime] if self.optimized else []),
         )
+        records = self.recorded_files()
+        optimized = self.optimized.files if self.optimized else None
         numbers = (
             self.dimension,
             self.max_tokens,
-            *(value for record in self.files.values() for value in (record.size, record.mtime_ns)),
+            *(value for record in records.values() for value in (record.size, record.mtime_ns)),
         )
         return (
             all(isinstance(value, str) for value in texts)
             and all(type(value) is int and value >= 0 for value in numbers)
-            and all(isinstance(record.sha256, str) for record in self.files.values())
+            and all(isinstance(record.sha256, str) for record in records.values())
             and bool(self.files)
-            and all(Path(name).name == name and name not in ("", ".", "..") for name in self.files)
+            and (optimized is None or (bool(optimized) and not self.files.keys() & optimized.keys()))
+            and all(Path(name).name == name and name not in ("", ".", "..") for name in records)
         )
+
+
+def _file_records(data: dict[str, Any]) -> dict[str, FileRecord]:
+    return {str(name): FileRecord(**record) for name, record in data.items()}
 
 
 def recipe_checksum(recipe: dict[str, Any]) -> str:
@@ -113,10 +142,10 @@ def write_manifest(directory: Path, manifest: ModelManifest) -> None:
     write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode("utf-8"))
 
 
-def stat_problems(manifest: ModelManifest, directory: Path) -> list[str]:
-    """Files whose size or mtime differ from the manifest (cheap: no hashing)."""
+def stat_problems(files: dict[str, FileRecord], directory: Path) -> list[str]:
+    """Files in `directory` whose size or mtime differ from their records (cheap: no hashing)."""
     problems = []
-    for name, record in manifest.files.items():
+    for name, record in files.items():
         try:
             stat = (directory / name).stat()
         except FileNotFoundError:
@@ -127,10 +156,10 @@ def stat_problems(manifest: ModelManifest, directory: Path) -> list[str]:
     return problems
 
 
-def hash_problems(manifest: ModelManifest, directory: Path) -> list[str]:
-    """Files that are missing or whose sha256 differs from the manifest."""
+def hash_problems(files: dict[str, FileRecord], directory: Path) -> list[str]:
+    """Files in `directory` that are missing or whose sha256 differs from their records."""
     problems = []
-    for name, record in manifest.files.items():
+    for name, record in files.items():
         path = directory / name
         if not path.is_file():
             problems.append(f"model file `{name}` is missing")

@@ -8,9 +8,7 @@ mask, L2 normalisation. The encoder output is named `last_hidden_state`.
 from __future__ import annotations
 
 import json
-import logging
 import math
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +19,8 @@ from .files import copy_atomic
 from .weights import read_safetensors
 
 if TYPE_CHECKING:
+    import logging
+
     import numpy as np
     import onnx
 
@@ -217,6 +217,9 @@ def write_model(source_dir: Path, variant: str, dest: Path) -> None:
     if variant != "int8":
         write_atomic(dest, model.SerializeToString())
         return
+    import logging
+    import tempfile
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".build-") as tmp:

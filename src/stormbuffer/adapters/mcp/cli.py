@@ -16,6 +16,7 @@ from pathlib import Path
 
 from stormbuffer import __version__
 from stormbuffer.core.stores import View
+from stormbuffer.threads import limit_math_threads
 
 from .tools import WriteGrant
 
@@ -78,6 +79,7 @@ def parse(argv: Sequence[str]) -> Options | str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    limit_math_threads()
     try:
         parsed = parse(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
@@ -96,8 +98,11 @@ def run(options: Options) -> int:
     from stormbuffer.index.freshness import FreshnessRegistry
     from stormbuffer.protocol.session import Session
 
-    from .server import serve
+    from .sdk import defer_package_inits
     from .warm import WarmEmbedder
+
+    defer_package_inits()  # before the first import of the SDK
+    from .server import serve
 
     _log_to_stderr()
     try:
@@ -105,7 +110,7 @@ def run(options: Options) -> int:
         selected = resolve_store(options.view, Path.cwd(), dirs)
     except (StormbufferError, OSError):
         return _start_failed()
-    freshness = FreshnessRegistry()  # watchers start with the first read of each store
+    freshness = FreshnessRegistry()  # watchers start once the host is quiet, or with the first read
     session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir), freshness)
     try:
         opened = serve(session, options.grant)

@@ -4,7 +4,8 @@ The SDK owns JSON-RPC framing, the initialize handshake, dispatch and cancellati
 or resource read runs one core operation in a worker thread, one at a time, so calls observe the
 store in the order the host sent them and the caches of the retrieval layer (vector matrices) are
 never shared between threads. A call the host cancelled before it started never runs; one that
-started runs to completion (the SDK then drops its answer, as MCP asks).
+started runs to completion (the SDK then drops its answer, as MCP asks). While the host is quiet,
+the same worker gets ready for the first call (`idle`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from stormbuffer import __version__
 from stormbuffer.protocol.invoke import failure, handle
 from stormbuffer.protocol.session import Session
 
-from . import resources
+from . import idle, resources
 from .results import tool_result
 from .tools import WriteGrant, arguments_for, catalogue
 from .transport import answering_stdio
@@ -52,12 +53,12 @@ T = TypeVar("T")
 
 
 class StormbufferServer:
-    """Handlers bound to one session and write grant, plus whether the host ever sent a request."""
+    """Handlers bound to one session and write grant, plus what the host has sent so far."""
 
     def __init__(self, session: Session, grant: WriteGrant) -> None:
         self.session = session
         self.grant = grant
-        self.opened = False
+        self.activity = idle.Activity()
         self._worker = anyio.CapacityLimiter(1)
 
     def sdk_server(self) -> Server[Any]:
@@ -71,13 +72,24 @@ class StormbufferServer:
             on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource,
         )
-        server.middleware.append(self._note_opened)
+        server.middleware.append(self._observe)
         return server
 
-    async def _note_opened(self, ctx: Context, call_next: CallNext) -> HandlerResult:
-        if ctx.request_id is not None:
-            self.opened = True
-        return await call_next(ctx)
+    async def _observe(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is None:
+            self.activity.notified(ctx.method)
+            return await call_next(ctx)
+        self.activity.request_started()
+        try:
+            return await call_next(ctx)
+        finally:
+            self.activity.request_ended()
+
+    async def warm_up(self) -> None:
+        """Once the host is quiet, get ready for the first call, one step at a time in the worker."""
+        for step in idle.steps(self.session):
+            await self.activity.quiet()
+            await self._run(idle.run_step, step)
 
     async def list_tools(self, ctx: Context, params: PaginatedRequestParams | None) -> ListToolsResult:
         tools = [
@@ -128,8 +140,10 @@ def serve(session: Session, grant: WriteGrant) -> bool:
 
     async def main() -> None:
         server = handlers.sdk_server()
-        async with answering_stdio() as (read_stream, write_stream):
+        async with answering_stdio() as (read_stream, write_stream), anyio.create_task_group() as tasks:
+            tasks.start_soon(handlers.warm_up)
             await server.run(read_stream, write_stream, server.create_initialization_options())
+            tasks.cancel_scope.cancel()
 
     anyio.run(main)
-    return handlers.opened
+    return handlers.activity.opened
