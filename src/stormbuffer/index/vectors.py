@@ -19,7 +19,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 ROW_DTYPE = [("chunk", "<i8"), ("record", "<i4"), ("scope", "<i2"), ("status", "i1"), ("access", "i1"), ("kind", "i1")]
 _CACHE_SIZE = 4
+_PASSING_CACHE = 8  # filter combinations remembered per matrix
 
 
 @dataclass(frozen=True)
@@ -40,19 +41,32 @@ class Matrix:
     vectors: np.ndarray
     rows: np.ndarray
     scopes: tuple[str, ...]
+    _passing: dict[tuple[object, ...], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    _passing_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def mask(self, statuses: Sequence[str], scopes: Sequence[str], access: Sequence[str] | None,
-             kinds: Sequence[str] | None) -> np.ndarray:  # fmt: skip
-        """Rows whose record passes every filter."""
+    def rows_passing(self, statuses: Sequence[str], scopes: Sequence[str], access: Sequence[str] | None,
+                     kinds: Sequence[str] | None) -> np.ndarray:  # fmt: skip
+        """Positions of the rows whose record passes every filter (remembered per filter: the files
+        never change)."""
         import numpy as np
 
-        keep = np.isin(self.rows["status"], _codes(STATUSES, statuses))
-        keep &= np.isin(self.rows["scope"], _codes(self.scopes, scopes))
-        if access is not None:
-            keep &= np.isin(self.rows["access"], _codes(ACCESS_CLASSES, access))
-        if kinds is not None:
-            keep &= np.isin(self.rows["kind"], _codes(KINDS, kinds))
-        return keep
+        key = (tuple(statuses), tuple(scopes), None if access is None else tuple(access),
+               None if kinds is None else tuple(kinds))  # fmt: skip
+        with self._passing_lock:
+            found = self._passing.get(key)
+        if found is None:
+            keep = np.isin(self.rows["status"], _codes(STATUSES, statuses))
+            keep &= np.isin(self.rows["scope"], _codes(self.scopes, scopes))
+            if access is not None:
+                keep &= np.isin(self.rows["access"], _codes(ACCESS_CLASSES, access))
+            if kinds is not None:
+                keep &= np.isin(self.rows["kind"], _codes(KINDS, kinds))
+            found = np.flatnonzero(keep)
+            with self._passing_lock:
+                self._passing[key] = found
+                if len(self._passing) > _PASSING_CACHE:
+                    del self._passing[next(iter(self._passing))]
+        return found
 
 
 def _codes(names: Sequence[str], wanted: Sequence[str]) -> list[int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,12 +32,13 @@ from .chunks import Snapshot
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
 from .lexical import lexical_hits
-from .semantic import current_matrix, vector_hits
+from .semantic import Nearest, current_matrix, nearest_rows, vector_hits
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..index.sync import Embedder
+    from ..index.vectors import Matrix
 
 CANDIDATE_RECORDS = 50  # depth (in records) of each list fused in hybrid mode, at least the limit
 LEXICAL_CHUNKS_PER_RECORD = 2
@@ -125,32 +126,40 @@ def _lexical(stores: list[StorePaths], query: str, options: SearchOptions, reaso
 
 def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
               fallback: str | None) -> Ranking:  # fmt: skip
-    """Hybrid or semantic ranking. The query is embedded on a worker thread while the full-text
-    queries run (the model and SQLite both release the GIL)."""
+    """Hybrid or semantic ranking. A worker thread embeds the query and finds the nearest rows of
+    every store's matrix while this thread runs the lexical queries (the model, NumPy's products
+    and SQLite all release the GIL); the hits are then read from SQLite here."""
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
-    pending = _EMBEDDING.submit(_embed_query, embedder, query) if postings.terms(query) else None
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
-    try:
-        for paths in stores:
-            with _snapshot(paths) as snapshot:
-                matrix = current_matrix(snapshot, embedder)
-                if matrix is None:
-                    raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
-                if pending is None:
-                    continue
+    with ExitStack() as stack:
+        snapshots = [stack.enter_context(_snapshot(paths)) for paths in stores]
+        matrices = [current_matrix(snapshot, embedder) for snapshot in snapshots]
+        if any(matrix is None for matrix in matrices):
+            raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
+        if postings.terms(query):
+            pending = _EMBEDDING.submit(_nearest, embedder, query, matrices, options, depth)
+            try:
                 if hybrid:
-                    lexical.extend(lexical_hits(snapshot, query, options, depth * LEXICAL_CHUNKS_PER_RECORD))
-                semantic.extend(vector_hits(snapshot, matrix, pending.result(), options, depth))
-    finally:
-        if pending is not None:
-            pending.cancel()
+                    for snapshot in snapshots:
+                        lexical.extend(lexical_hits(snapshot, query, options, depth * LEXICAL_CHUNKS_PER_RECORD))
+                for snapshot, found in zip(snapshots, pending.result(), strict=True):
+                    semantic.extend(vector_hits(snapshot, found, options))
+            finally:
+                pending.cancel()
     lexical.sort(key=by_score)
     semantic.sort(key=by_score)
     limit = options.bounded_limit
     hits = fuse(lexical, semantic, options.current_scope, limit) if hybrid else _one_per_record(semantic)[:limit]
     return Ranking(hits, wanted, None, embedder.model_id, embedder.model_version)
+
+
+def _nearest(embedder: Embedder, query: str, matrices: list[Matrix | None], options: SearchOptions,
+             depth: int) -> list[Nearest]:  # fmt: skip
+    """The query's nearest rows in each matrix (no SQLite: this runs on the worker thread)."""
+    vector = _embed_query(embedder, query)
+    return [nearest_rows(matrix, vector, options, depth) for matrix in matrices if matrix is not None]
 
 
 def _embed_query(embedder: Embedder, query: str) -> np.ndarray:

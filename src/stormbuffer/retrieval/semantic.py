@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..index import projection as pj
@@ -35,29 +36,43 @@ def current_matrix(snapshot: Snapshot, embedder: Embedder) -> vectors.Matrix | N
     return vectors.load(snapshot.index_path, files["token"], files["scopes"])
 
 
-def vector_hits(
-    snapshot: Snapshot, matrix: vectors.Matrix, query_vector: np.ndarray, options: SearchOptions, records: int
-) -> list[SearchHit]:
-    """The nearest chunk of each of the `records` nearest records, best first."""
+@dataclass(frozen=True)
+class Nearest:
+    """The nearest chunk of each of the nearest records in one matrix, best first."""
+
+    chunks: list[int]
+    similarities: list[float]
+
+
+def nearest_rows(matrix: vectors.Matrix, query_vector: np.ndarray, options: SearchOptions, records: int) -> Nearest:
+    """The nearest chunk of each of the `records` nearest records that pass the filters."""
     import numpy as np
 
     assert options.scopes is not None
-    keep = np.flatnonzero(matrix.mask(options.statuses, options.scopes, options.access, options.kinds))
+    keep = matrix.rows_passing(options.statuses, options.scopes, options.access, options.kinds)
     if keep.size == 0 or records < 1:
-        return []
-    if keep.size < _SUBSET_SHARE * matrix.vectors.shape[0]:
-        similarity = _dot(matrix.vectors[keep], query_vector)
+        return Nearest([], [])
+    every_row = keep.size == matrix.vectors.shape[0]
+    if every_row:
+        similarity, record_numbers = _dot(matrix.vectors, query_vector), matrix.rows["record"]
+    elif keep.size < _SUBSET_SHARE * matrix.vectors.shape[0]:
+        similarity, record_numbers = _dot(matrix.vectors[keep], query_vector), matrix.rows["record"][keep]
     else:
-        similarity = _dot(matrix.vectors, query_vector)[keep]
-    rows = _best_rows(similarity, matrix.rows["record"][keep], records)
-    chosen = keep[rows]
-    loaded = load_chunks(snapshot, (int(chunk) for chunk in matrix.rows["chunk"][chosen]), options)
+        similarity, record_numbers = _dot(matrix.vectors, query_vector)[keep], matrix.rows["record"][keep]
+    rows = _best_rows(similarity, record_numbers, records)
+    chosen = rows if every_row else keep[rows]
+    return Nearest(np.asarray(matrix.rows["chunk"][chosen]).tolist(), similarity[rows].tolist())
+
+
+def vector_hits(snapshot: Snapshot, nearest: Nearest, options: SearchOptions) -> list[SearchHit]:
+    """The hits of the nearest chunks, read from the snapshot, best first."""
+    loaded = load_chunks(snapshot, nearest.chunks, options)
     hits = []
-    for row, matrix_row in zip(rows, chosen, strict=True):
-        chunk = loaded.get(int(matrix.rows["chunk"][matrix_row]))
+    for chunk_id, similarity in zip(nearest.chunks, nearest.similarities, strict=True):
+        chunk = loaded.get(chunk_id)
         if chunk is None:
             continue
-        distance = math.sqrt(max(0.0, 2.0 - 2.0 * float(similarity[row])))
+        distance = math.sqrt(max(0.0, 2.0 - 2.0 * similarity))
         chunk.hit.score = 1.0 / (1.0 + distance)
         chunk.hit.vector_distance = distance
         chunk.hit.lexical_match_reason = "vector"
@@ -84,7 +99,7 @@ def _best_rows(similarity: np.ndarray, record_numbers: np.ndarray, records: int)
     take = min(total, records * 4)
     while True:
         if take < total:
-            top = np.argpartition(-similarity, take - 1)[:take]
+            top = np.argpartition(similarity, total - take)[total - take :]
             top.sort()
         else:
             top = np.arange(total)
