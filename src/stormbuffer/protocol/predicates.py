@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable
 from functools import cache
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urljoin
 
 from . import schemas
 
@@ -41,9 +40,8 @@ class UnsupportedSchema(ValueError):
 
 
 class Document(NamedTuple):
-    """The schema document a node sits in: its `$id` (the base of relative `$ref`s) and its content."""
+    """The schema document a node sits in (its `$id` is the base of relative `$ref`s)."""
 
-    uri: str
     root: dict[str, Any]
 
 
@@ -60,13 +58,13 @@ def predicate(name: str) -> Check:
 
 def compile_schema(schema: dict[str, Any]) -> Check:
     """The check for a whole schema document; its `$id` is the base of its relative `$ref`s."""
-    return _compile(schema, Document(schema["$id"], schema))
+    return _compile(schema, Document(schema))
 
 
 def _compile(node: object, document: Document) -> Check:
     if not isinstance(node, dict):
         raise UnsupportedSchema("only object schemas are compiled")
-    if node.get("$id", document.uri) != document.uri:
+    if node.get("$id", document.root["$id"]) != document.root["$id"]:
         raise UnsupportedSchema("`$id` is only compiled at the root of a schema document")
     checks = []
     for keyword, value in node.items():
@@ -91,25 +89,11 @@ def _all(checks: list[Check]) -> Check:
 
 def _ref(ref: str, _node: dict[str, Any], document: Document) -> Check:
     """The target is compiled in place, so a schema that refers to itself cannot be compiled."""
-    uri, _, fragment = urljoin(document.uri, ref).partition("#")
-    if uri != document.uri:
-        document = Document(uri, _schema_file(uri))
-    target: Any = document.root
-    if fragment:
-        if not fragment.startswith("/"):
-            raise UnsupportedSchema("`$ref` fragments must be JSON pointers")
-        for token in unquote(fragment).split("/")[1:]:
-            target = target[token.replace("~1", "/").replace("~0", "~")]
-    return _compile(target, document)
-
-
-@cache
-def _schema_file(uri: str) -> dict[str, Any]:
-    """The schema file whose `$id` is `uri` (files are named after the last segment of their `$id`)."""
-    document = schemas.load(uri.rpartition("/")[2].removesuffix(schemas.SUFFIX))
-    if document.get("$id") != uri:
-        raise UnsupportedSchema(f"no schema file has the `$id` {uri}")
-    return document
+    try:
+        target, holder = schemas.resolve(ref, document.root)
+    except (KeyError, ValueError) as exc:
+        raise UnsupportedSchema(f"`$ref` {ref} cannot be resolved") from exc
+    return _compile(target, Document(holder))
 
 
 def _type(name: object, _node: dict[str, Any], _document: Document) -> Check:

@@ -12,6 +12,7 @@ import json
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urljoin
 
 from stormbuffer.core.timestamps import Timestamp
 
@@ -74,27 +75,53 @@ def is_timestamp(value: object) -> bool:
     return True
 
 
+@cache
+def document(uri: str) -> dict[str, Any]:
+    """The schema file whose `$id` is `uri` (files are named after the last segment of their `$id`);
+    KeyError when there is none. Shared: do not modify it."""
+    try:
+        found = load(uri.rpartition("/")[2].removesuffix(SUFFIX))
+    except OSError:
+        raise KeyError(uri) from None
+    if found.get("$id") != uri:
+        raise KeyError(uri)
+    return found
+
+
+def resolve(ref: str, base: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The schema a `$ref` in the document `base` points at, and the document holding it. Fragments
+    are JSON pointers; ValueError for any other, KeyError when nothing is there."""
+    uri, _, fragment = urljoin(base["$id"], ref).partition("#")
+    holder = base if uri == base["$id"] else document(uri)
+    target: Any = holder
+    if fragment and not fragment.startswith("/"):
+        raise ValueError("`$ref` fragments must be JSON pointers")
+    for token in unquote(fragment).split("/")[1:] if fragment else ():
+        target = target[token.replace("~1", "/").replace("~0", "~")]
+    return target, holder
+
+
 def bundled(name: str) -> dict[str, Any]:
     """One schema with every `$ref` replaced by the schema it points at, for hosts that cannot resolve
     references. Keywords next to a `$ref` are annotations only (a test enforces it), so they are merged
     over the inlined schema.
     """
     schema = load(name)
-    out = _inline(schema, registry().resolver(base_uri=schema["$id"]))
+    out = _inline(schema, schema)
     del out["$id"]
     return out
 
 
-def _inline(node: Any, resolver: Any) -> Any:
+def _inline(node: Any, base: dict[str, Any]) -> Any:
     if isinstance(node, list):
-        return [_inline(item, resolver) for item in node]
+        return [_inline(item, base) for item in node]
     if not isinstance(node, dict):
         return node
-    inlined = {key: _inline(value, resolver) for key, value in node.items() if key != "$ref"}
+    inlined = {key: _inline(value, base) for key, value in node.items() if key != "$ref"}
     if "$ref" not in node:
         return inlined
-    target = resolver.lookup(node["$ref"])
-    content = _inline(target.contents, target.resolver)
+    target, holder = resolve(node["$ref"], base)
+    content = _inline(target, holder)
     for key in _DOCUMENT_KEYS:
         content.pop(key, None)
     return {**content, **inlined}
