@@ -1,0 +1,64 @@
+"""`sbuf [view] invoke <operation>` straight from the entry point, and every other form through click."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from stormbuffer.cli.oneshot import direct_invocation
+from stormbuffer.core.stores import View
+from tests.helpers import Sandbox, record_markdown
+
+RECORD_ID = "01890a5d-ac96-774b-bcce-b302099a8001"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["invoke", "search"], (View.GLOBAL, "search")),
+        (["--project", "invoke", "get"], (View.PROJECT, "get")),
+        (["--local", "invoke", "context"], (View.LOCAL, "context")),
+        (["-g", "invoke", "remember"], (View.GLOBAL, "remember")),
+        (["invoke", "--help"], None),
+        (["invoke", "search", "--project"], None),
+        (["--project", "--color", "never", "invoke", "search"], None),
+        (["search", "invoke"], None),
+        (["invoke"], None),
+        ([], None),
+    ],
+)
+def test_only_the_plain_forms_skip_click(args: list[str], expected: tuple[View, str] | None) -> None:
+    assert direct_invocation(args) == expected
+
+
+def test_both_ways_give_the_same_envelope_and_the_direct_one_imports_no_click(sandbox: Sandbox) -> None:
+    box = sandbox
+    assert box.sbuf("--project", "init").returncode == 0
+    scope = "project:" + json.loads(box.sbuf("--project", "status", "--json").stdout)["project_id"]
+    records = box.project_root / "records"
+    records.mkdir(exist_ok=True)
+    (records / f"{RECORD_ID}.md").write_text(
+        record_markdown(RECORD_ID, scope, title="Deploy ritual", body="Two approvals.", access="agent"),
+        encoding="utf-8",
+    )
+    request = json.dumps({"version": 1, "id": RECORD_ID})
+    via_click = box.sbuf("invoke", "get", "--project", input=request)
+    direct = box.sbuf("--project", "invoke", "get", input=request)
+    assert direct.returncode == via_click.returncode == 0, (direct, via_click)
+    assert json.loads(direct.stdout) == json.loads(via_click.stdout)
+    assert json.loads(direct.stdout)["result"]["title"] == "Deploy ritual"
+    code = (
+        "import sys\n"
+        "sys.argv = ['sbuf', '--project', 'invoke', 'get']\n"
+        "from stormbuffer.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write('click' if 'click' in sys.modules else 'no click')\n"
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", code], cwd=box.cwd, env=box.env, input=request, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert probe.stderr == "no click" and json.loads(probe.stdout)["ok"]
