@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -33,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import QUERIES, make_record
+from machine import machine  # noqa: E402
 
 from stormbuffer.embedding import DEFAULT_VARIANT, acquire_model, load_embedder, load_tokenizer
 from stormbuffer.embedding.cache import MODELS_DIR, built_dir_name
@@ -154,12 +153,7 @@ def main() -> None:
             results[label] |= measured
     report = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
-        },
+        "machine": machine(),
         "variant": DEFAULT_VARIANT,
         "runs": options.runs,
         "batch_texts": len(texts),

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import sqlite3
 import statistics
@@ -39,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import QUERIES, write_store  # noqa: E402
+from machine import machine  # noqa: E402
 from scale import ReusedVectors  # noqa: E402
 
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, record_scope, resolve_store
@@ -169,12 +169,7 @@ def main() -> None:
         result["meets_target"] = None if target is None else result["median_s"] <= target
     report = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
-        },
+        "machine": machine(),
         "records": options.records,
         "vectors": f"FAST PATH: real model identity, vectors reused from {SAMPLE_TEXTS} really embedded chunks",
         "results": results,

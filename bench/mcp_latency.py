@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -41,6 +39,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import QUERIES  # noqa: E402
 from invoke_latency import build, environment  # noqa: E402
+from machine import machine  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "mcp_latency.json"
 ADAPTER = Path(sys.executable).parent / "stormbuffer-mcp"
@@ -144,12 +143,7 @@ def main() -> None:
     ]
     report = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
-        },
+        "machine": machine(),
         "records": options.records,
         "client": "official MCP Python SDK (mcp.client.stdio + ClientSession)",
         "vectors": "FAST PATH: real model identity, vectors reused from really embedded sample chunks",

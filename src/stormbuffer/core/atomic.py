@@ -53,7 +53,12 @@ def remove_durably(path: Path) -> None:
 
 
 def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fsync_path(directory)
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file or directory, named by its path, to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

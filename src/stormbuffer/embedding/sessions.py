@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stormbuffer.core.atomic import fsync_directory
+from stormbuffer.core.atomic import fsync_directory, fsync_path
 
 from .errors import EmbedderInitError
 from .manifest import FileRecord, ModelManifest, OptimizedGraph, stat_problems
@@ -71,18 +71,10 @@ def write_optimized_graph(directory: Path) -> OptimizedGraph:
         )
         _create(directory / MODEL_FILE, options)
         for name in (OPTIMIZED_DATA, OPTIMIZED_FILE):  # the graph last: it names the data file
-            _fsync(Path(temp) / name)
+            fsync_path(Path(temp) / name)
             os.replace(Path(temp) / name, directory / name)
     fsync_directory(directory)
     return OptimizedGraph(runtime_tag(), {name: FileRecord.of(directory / name) for name in OPTIMIZED_NAMES})
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _optimized_usable(directory: Path, manifest: ModelManifest) -> bool:
