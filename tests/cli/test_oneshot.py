@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from stormbuffer.cli.oneshot import direct_invocation
 from stormbuffer.core.stores import View
+from stormbuffer.embedding import DEFAULT_VARIANT
+from stormbuffer.protocol.session import OneShotEmbedder
 from tests.helpers import Sandbox, record_markdown
 
 RECORD_ID = "01890a5d-ac96-774b-bcce-b302099a8001"
@@ -62,3 +66,14 @@ def test_both_ways_give_the_same_envelope_and_the_direct_one_imports_no_click(sa
         check=False,
     )  # fmt: skip
     assert probe.stderr == "no click" and json.loads(probe.stdout)["ok"]
+
+
+def test_a_prefetched_model_is_the_one_get_returns(tmp_path: Path, model_cache: Callable[[str], Path]) -> None:
+    slot = OneShotEmbedder(model_cache(DEFAULT_VARIANT))
+    slot.prefetch()
+    embedder, reason = slot.get()
+    assert embedder is not None and reason is None
+    assert slot.get()[0] is embedder
+    missing = OneShotEmbedder(tmp_path / "no-models")
+    missing.prefetch()
+    assert missing.get() == (None, "model_unavailable")

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..core.stores import PlatformDirs, View
 
 VALIDATE_ENV = "STORMBUFFER_VALIDATE_OUTPUT"
+RETRIEVAL_OPERATIONS = ("search", "context")
 VIEW_FLAGS = {"-g": View.GLOBAL, "--global": View.GLOBAL, "--project": View.PROJECT, "--local": View.LOCAL}
 
 
@@ -29,17 +30,27 @@ def direct_invocation(args: list[str]) -> tuple[View, str] | None:
 
 
 def run_invoke(operation: str, view: View, env: Mapping[str, str]) -> int:
-    """Read one request from stdin, write one envelope line to stdout; the exit status (0 iff `ok`)."""
+    """Read one request from stdin, write one envelope line to stdout; the exit status (0 iff `ok`).
+
+    For search and context the model starts opening on a background thread at once, while the
+    request is read and checked and the modules it needs are imported.
+    """
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
     from ..core.stores import resolve_store
-    from ..protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
     from ..protocol.session import OneShotEmbedder, Session
 
     try:
         dirs = PlatformDirs.from_environ(env)
         selected = resolve_store(view, Path.cwd(), dirs)
     except Exception:  # no home directory, no working directory: nothing to tell but the fixed message
+        selected = None
+    embedder = OneShotEmbedder(selected.cache_dir) if selected is not None else None
+    if embedder is not None and operation in RETRIEVAL_OPERATIONS:
+        embedder.prefetch()
+    from ..protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
+
+    if selected is None or embedder is None:
         _emit(encode(failure(operation, "internal_error", "could not resolve the selected store")))
         return 1
     try:
@@ -47,7 +58,7 @@ def run_invoke(operation: str, view: View, env: Mapping[str, str]) -> int:
     except (OSError, ValueError, AttributeError):  # unreadable, closed or missing stdin
         _emit(encode(failure(operation, "invalid_request", "could not read the JSON request")))
         return 1
-    session = Session(view, selected, dirs, OneShotEmbedder(selected.cache_dir))
+    session = Session(view, selected, dirs, embedder)
     answer = invoke_line(operation, data, session, validate=env.get(VALIDATE_ENV) == "1")
     _emit(answer.line)
     for problem in answer.problems:  # only when asked to validate, as the test suite does

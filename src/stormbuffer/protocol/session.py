@@ -3,6 +3,7 @@ in a long-running process, the freshness registry that lets reads skip the full 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -40,13 +41,27 @@ class OneShotEmbedder:
     def __init__(self, cache_dir: Path) -> None:
         self._cache_dir = cache_dir
         self._loaded: tuple[Embedder | None, str | None] | None = None
+        self._loading: threading.Thread | None = None
+
+    def prefetch(self) -> None:
+        """Start opening the model on a background thread (`get` waits for it)."""
+        if self._loading is None and self._loaded is None:
+            self._loading = threading.Thread(target=self._load, name="stormbuffer-model-open", daemon=True)
+            self._loading.start()
 
     def get(self) -> tuple[Embedder | None, str | None]:
-        if self._loaded is None:
-            from stormbuffer.retrieval import open_embedder
-
-            self._loaded = open_embedder(self._cache_dir)
+        if self._loading is not None:
+            self._loading.join()
+            self._loading = None
+        if self._loaded is None:  # not prefetched, or the prefetch failed unexpectedly: fail here, visibly
+            self._load()
+        assert self._loaded is not None
         return self._loaded
+
+    def _load(self) -> None:
+        from stormbuffer.retrieval import open_embedder
+
+        self._loaded = open_embedder(self._cache_dir)
 
 
 class NoEmbedder:
