@@ -16,7 +16,7 @@ For each size a deterministic store is generated (bench/corpus.py) in its own pr
 - projection size on disk (database, WAL, vector matrix files) and peak RSS of the benchmark
   process (which includes embedding in batches, the largest memory user).
 
-Prints a table and writes bench/results/scale.json.
+Prints a table and writes bench/results/scale.json (sizes not run this time keep their latest results).
 
 Usage: python bench/scale.py [--sizes 1000,10000,100000] [--rounds 5] [--work DIR] [--embed-up-to 10000]
 """
@@ -246,7 +246,10 @@ first_context_ms = (time.perf_counter() - start) * 1000
 assert receipt["retrieval_mode"] == "hybrid", receipt
 for query in queries[1:]:
     context([paths], query, embedder=embedder)
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+try:  # the high-water mark of this process image (ru_maxrss would include the forking parent's)
+    rss = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"cold_no_change_sync_ms": round(sync_ms, 1), "first_hybrid_context_ms": round(first_context_ms, 1),
                   "query_process_peak_rss_mb": round(rss, 1)}))
 """
@@ -310,17 +313,22 @@ def main() -> None:
         command = [sys.executable, __file__, "--one", str(size), "--work", str(work), "--rounds", str(args.rounds),
                    "--embed-up-to", str(args.embed_up_to)]  # fmt: skip
         done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        result["load_average_after"] = [round(value, 2) for value in os.getloadavg()]
+        results.append(result)
         print(f"done: {size} records", file=sys.stderr)
     print(table(results))
     for item in results:
         print(f"{item['records']:>7} records: vectors = {item['vectors']}")
+    earlier = json.loads(RESULTS.read_text())["results"] if RESULTS.is_file() else []
+    by_size = {item["records"]: item for item in earlier} | {item["records"]: item for item in results}
     report = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "sqlite": sqlite3.sqlite_version, "load_average": os.getloadavg()},
+                    "sqlite": sqlite3.sqlite_version},
         "work_dir": str(work),
-        "results": results,
+        "results": [by_size[size] for size in sorted(by_size)],  # a run of some sizes keeps the others' latest
     }  # fmt: skip
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
