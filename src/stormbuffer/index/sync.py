@@ -260,6 +260,19 @@ def _invalid_files(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(path.removeprefix("records/"), message) for path, message in rows]
 
 
+def vectors_current(paths: StorePaths, embedder: Embedder) -> bool:
+    """Whether the store's projection holds current vectors of every chunk for this model (read only)."""
+    path = pj.existing_index_path(paths)
+    if path is None:
+        return False
+    try:
+        with pj.reading(path) as conn:
+            settings = pj.get_settings(conn)
+    except IndexUnavailable:
+        return False
+    return settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, path) is not None
+
+
 def matrix_token(settings: dict[str, str], index_path: Path) -> str | None:
     """The token of the vector matrix files when they describe the projection's current generation.
 

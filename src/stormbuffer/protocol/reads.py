@@ -49,6 +49,25 @@ def prepare(session: Session, stores: list[StorePaths], embedder: Embedder | Non
     return preparation.fallback
 
 
+def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embedder | None, str | None]:
+    """The embedder (or None) and the semantic fallback reason, with every store synced, its vectors too.
+
+    A one-shot process syncs the records first, while its model may still be opening on another
+    thread, and then refreshes only the stores whose vectors are not current for that model.
+    """
+    if session.freshness is not None:
+        embedder, reason = session.embedder.get()
+        return embedder, prepare(session, stores, embedder) or reason
+    from stormbuffer.index.sync import vectors_current
+
+    synced = prepare(session, stores, None)
+    embedder, reason = session.embedder.get()
+    stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
+    if stale:
+        synced = prepare(session, stale, embedder) or synced
+    return embedder, synced or reason
+
+
 def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     """One agent-readable record by id, in any lifecycle state."""
     record_id = fields.target_id(request)
@@ -92,8 +111,7 @@ def search(request: Mapping[str, Any], session: Session) -> list[dict[str, Any]]
     from stormbuffer.retrieval import search as ranked
 
     query, options, stores = _retrieval_inputs(request, session)
-    embedder, reason = session.embedder.get()
-    reason = prepare(session, stores, embedder) or reason
+    embedder, reason = prepare_retrieval(session, stores)
     hits = ranked(stores, query, options, embedder=embedder, fallback=reason)
     return [hit.to_json() for hit in hits]
 
@@ -105,7 +123,6 @@ def context(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
 
     query, options, stores = _retrieval_inputs(request, session)
     budget = fields.clamped(request, "budget", fields.DEFAULT_BUDGET, fields.MAX_BUDGET)  # clamped, never refused
-    embedder, reason = session.embedder.get()
-    reason = prepare(session, stores, embedder) or reason
+    embedder, reason = prepare_retrieval(session, stores)
     result = compile_context(stores, query, ContextOptions(budget, options), embedder=embedder, fallback=reason)
     return result.to_json()
