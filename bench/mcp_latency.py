@@ -152,11 +152,11 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"{'measure':<18} {'seconds':>9} {'target':>8}  ok")
+    print(f"{'measure':<30} {'seconds':>9} {'target':>8}  ok")
     for result in results:
         target = "" if result["target_s"] is None else f"{result['target_s']:.3f}"
         ok = {True: "yes", False: "NO", None: ""}[result["meets_target"]]
-        print(f"{result['name']:<18} {result['seconds']:>9.4f} {target:>8}  {ok}")
+        print(f"{result['name']:<30} {result['seconds']:>9.4f} {target:>8}  {ok}")
     print(f"samples: {samples}; load average at the end: {report['machine']['load_average_at_end']}")
     print(f"saved to {RESULTS}")
 
