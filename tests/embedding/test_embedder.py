@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,3 +140,21 @@ def test_load_tokenizer_falls_back_to_the_model_cache(
     assert load_tokenizer(private_cache).token_count("hello " * 300) == 302
     with pytest.raises(ModelUnavailable, match="sbuf init"):
         load_tokenizer(tmp_path / "empty")
+
+
+def test_opening_the_model_leaves_nothing_in_the_temp_directory(
+    model_cache: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """onnxruntime's telemetry would write a session file to TMPDIR on import (outside CI)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("CI", "ORT_DISABLE_TELEMETRY")}
+    env["TMPDIR"] = str(temp)
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom stormbuffer.embedding import load_embedder\n"
+        "print(load_embedder(Path(sys.argv[1])).embed(['a query']).shape)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(model_cache("wq8"))], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.strip() == "(1, 384)"
+    assert list(temp.iterdir()) == []

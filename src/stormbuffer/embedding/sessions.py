@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from stormbuffer.core.atomic import fsync_directory, fsync_path
@@ -32,10 +33,19 @@ OPTIMIZED_NAMES = (OPTIMIZED_FILE, OPTIMIZED_DATA)
 EXTERNAL_MIN_BYTES = 1024
 
 
-def runtime_tag() -> str:
-    """The onnxruntime build (version and machine) a saved graph belongs to: its fused operators are theirs."""
+def runtime() -> ModuleType:
+    """onnxruntime, imported with its telemetry off unless the user chose otherwise
+    (`ORT_DISABLE_TELEMETRY`): on import it would write a session file into the temp directory of
+    every machine that runs us, and queue events to send."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     import onnxruntime
 
+    return onnxruntime
+
+
+def runtime_tag() -> str:
+    """The onnxruntime build (version and machine) a saved graph belongs to: its fused operators are theirs."""
+    onnxruntime = runtime()
     return f"onnxruntime {onnxruntime.__version__} {os.uname().machine}"
 
 
@@ -89,15 +99,14 @@ def _session(graph: Path, *, optimize: bool) -> onnxruntime.InferenceSession:
 
 
 def _create(graph: Path, options: onnxruntime.SessionOptions) -> onnxruntime.InferenceSession:
-    import onnxruntime
-
+    onnxruntime = runtime()
     return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 
 def _options(*, optimize: bool) -> onnxruntime.SessionOptions:
     """Options for short queries and sync batches alike. Extended optimisation is the level whose
     result can be saved: the level above adds only layout changes for convolutions, none here."""
-    import onnxruntime
+    onnxruntime = runtime()
 
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = (

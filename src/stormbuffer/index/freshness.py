@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.errors import IndexUnavailable
 from ..core.stores import StorePaths
 from . import projection as pj
 from .sync import Embedder, SyncReport, sync_store
@@ -254,14 +253,10 @@ class StoreFreshness:
         return tuple(_stat(path) for database in self._projection for path in (database, _wal(database)))
 
     def _identity(self) -> tuple[str, tuple[str | None, ...]] | None:
-        path = next((database for database in self._projection if database.is_file()), None)
-        if path is None:
+        stored = pj.stored_settings(self.paths)
+        if stored is None:
             return None
-        try:
-            with pj.reading(path) as conn:
-                settings = pj.get_settings(conn)
-        except IndexUnavailable:
-            return None
+        path, settings = stored
         return str(path), tuple(settings.get(key) for key in _IDENTITY_KEYS)
 
 

@@ -307,20 +307,28 @@ def existing_index_path(paths: StorePaths) -> Path | None:
     return next((path for path in index_candidates(paths) if path.is_file()), None)
 
 
+def stored_settings(paths: StorePaths) -> tuple[Path, dict[str, str]] | None:
+    """The store's projection file and its metadata, read without a lock; None when there is no
+    readable projection. Creates nothing."""
+    path = existing_index_path(paths)
+    if path is None:
+        return None
+    try:
+        with reading(path) as conn:
+            return path, get_settings(conn)
+    except IndexUnavailable:
+        return None
+
+
 def describe(paths: StorePaths) -> dict[str, Any]:
     """`index_version`, `embedding_version` and `last_sync` of a store's projection (None when absent).
 
     Opens nothing for writing and creates no file or directory.
     """
-    empty: dict[str, Any] = {"index_version": None, "embedding_version": None, "last_sync": None}
-    path = existing_index_path(paths)
-    if path is None:
-        return empty
-    try:
-        with reading(path) as conn:
-            settings = get_settings(conn)
-    except IndexUnavailable:
-        return empty
+    stored = stored_settings(paths)
+    if stored is None:
+        return {"index_version": None, "embedding_version": None, "last_sync": None}
+    settings = stored[1]
     model = json.loads(settings[VECTOR_MODEL]) if VECTOR_MODEL in settings else None
     return {
         "index_version": PROJECTION_VERSION,

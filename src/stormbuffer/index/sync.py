@@ -262,14 +262,10 @@ def _invalid_files(conn: sqlite3.Connection) -> list[tuple[str, str]]:
 
 def vectors_current(paths: StorePaths, embedder: Embedder) -> bool:
     """Whether the store's projection holds current vectors of every chunk for this model (read only)."""
-    path = pj.existing_index_path(paths)
-    if path is None:
+    stored = pj.stored_settings(paths)
+    if stored is None:
         return False
-    try:
-        with pj.reading(path) as conn:
-            settings = pj.get_settings(conn)
-    except IndexUnavailable:
-        return False
+    path, settings = stored
     return settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, path) is not None
 
 

@@ -23,7 +23,7 @@ from stormbuffer.protocol.session import Session
 
 QUIET_S = 0.1
 READ_MODULES = ("stormbuffer.retrieval",)  # every read
-MODEL_MODULES = ("stormbuffer.embedding.embedder", "onnxruntime", "tokenizers")  # opening the model (NumPy too)
+MODEL_MODULES = ("stormbuffer.embedding.embedder", "tokenizers")  # opening the model (NumPy too), and onnxruntime
 INITIALIZED = "notifications/initialized"
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,15 @@ def steps(session: Session) -> list[Callable[[], Any]]:
         *(partial(importlib.import_module, name) for name in READ_MODULES),
         partial(watch, session),
         *(partial(importlib.import_module, name) for name in MODEL_MODULES),
+        import_runtime,
     ]
+
+
+def import_runtime() -> None:
+    """Import onnxruntime the way opening the model does (with its telemetry off)."""
+    from stormbuffer.embedding.sessions import runtime
+
+    runtime()
 
 
 def watch(session: Session) -> None:
