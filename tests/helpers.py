@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,3 +195,24 @@ def invoke(
     assert validate_envelope(envelope) == []
     assert completed.returncode == (0 if envelope["ok"] else 1)
     return envelope
+
+
+@contextmanager
+def lock_held_elsewhere(lock: Path) -> Iterator[None]:
+    """Another process holds `lock` (the store's projection or mutation lock) for the duration."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from pathlib import Path
+            from stormbuffer.core.locks import exclusive_lock
+            with exclusive_lock(Path({str(lock)!r})):
+                print("held", flush=True)
+                sys.stdin.readline()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.communicate("\n")

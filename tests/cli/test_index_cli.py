@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-from tests.helpers import ESC, SBUF, Sandbox, record_markdown, tree_digest
+from tests.helpers import ESC, SBUF, Sandbox, lock_held_elsewhere, record_markdown, tree_digest
 
 ID_A = "01890a5d-ac96-774b-bcce-b302099a8001"
 ID_B = "01890a5d-ac96-774b-bcce-b302099a8002"
@@ -167,27 +165,13 @@ def test_a_locked_projection_does_not_stop_search(sandbox: Sandbox) -> None:
     scope = project_store(sandbox)
     put(sandbox.project_root, ID_A, scope, "Parking", "Visitors park in the north garage.")
     ok(sandbox.sbuf("--project", "sync"))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
-            import sys
-            from pathlib import Path
-            from stormbuffer.core.locks import exclusive_lock
-            with exclusive_lock(Path({str(sandbox.project_root / "projection.lock")!r})):
-                print("held", flush=True)
-                sys.stdin.readline()
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(sandbox.project_root / "projection.lock"):
         result = json.loads(ok(sandbox.sbuf("--project", "context", "north garage")))
         assert [block["record_id"] for block in result["blocks"]] == [ID_A]
         assert result["receipt"]["retrieval_mode"] == "hybrid"
         assert failed(sandbox.sbuf("--project", "sync")) == [
             "error: could not sync the index: SQLite projection is busy; retry the operation"
         ]
-    finally:
-        holder.communicate("\n")
 
 
 def test_an_unopenable_projection_fails_cleanly(sandbox: Sandbox) -> None:

@@ -20,6 +20,7 @@ from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import chunk_body
 from stormbuffer.index.sync import reindex_store, sync_store
 from stormbuffer.retrieval import SearchOptions, search
+from tests.helpers import lock_held_elsewhere
 from tests.stores import canonical_bytes, make_store, settle, write_record
 
 LEXICAL = SearchOptions(mode="lexical")
@@ -202,24 +203,10 @@ def test_writers_need_the_projection_lock(store: StorePaths) -> None:
 def test_another_process_holding_the_projection_lock_does_not_stop_readers(store: StorePaths) -> None:
     write_record(store, "Shared", "Readers never take the projection lock.")
     sync_store(store)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
-            import sys
-            from pathlib import Path
-            from stormbuffer.core.locks import exclusive_lock
-            with exclusive_lock(Path({str(store.projection_lock)!r})):
-                print("held", flush=True)
-                sys.stdin.readline()
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(store.projection_lock):
         with pytest.raises(IndexBusy):
             sync_store(store)
         assert titles(store, "projection lock") == ["Shared"]
-    finally:
-        holder.communicate("\n")
 
 
 def test_reindex_replaces_the_projection_and_never_changes_markdown(store: StorePaths) -> None:

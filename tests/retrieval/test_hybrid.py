@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +12,7 @@ from stormbuffer.embedding import Embedder, EmbeddingFailed
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, prepare_stores, search
 from stormbuffer.retrieval.hits import FALLBACK_REASONS
+from tests.helpers import lock_held_elsewhere
 from tests.stores import make_store, write_record
 
 CORPUS = {
@@ -115,26 +113,12 @@ def test_stale_vectors_fall_back_until_the_next_sync_with_the_model(store: Store
 
 def test_a_busy_projection_is_read_as_it_is(store: StorePaths, embedder: Embedder) -> None:
     write_record(store, "Parking", "Visitors park in the north garage, level two.")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
-            import sys
-            from pathlib import Path
-            from stormbuffer.core.locks import exclusive_lock
-            with exclusive_lock(Path({str(store.projection_lock)!r})):
-                print("held", flush=True)
-                sys.stdin.readline()
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(store.projection_lock):
         prepared = prepare_stores([store], embedder)
         assert prepared.fallback == "vector_projection_busy" and prepared.complete
         fresh = context([store], "release checklist", embedder=embedder, fallback=prepared.fallback)
         assert fresh.receipt["retrieval_mode"] == "hybrid"
         assert fresh.blocks[0].hit.title == "Release checklist"
-    finally:
-        holder.communicate("\n")
     sync_store(store)  # the parking record is indexed lexically; its vector is still missing
     prepared_again = context([store], "north garage", embedder=embedder, fallback="vector_projection_busy")
     assert prepared_again.receipt["semantic_fallback"] == "vector_projection_busy"
