@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from stormbuffer.cli.oneshot import direct_invocation
+from stormbuffer.cli.oneshot import direct_invocation, run_invoke
 from stormbuffer.core.stores import View
 from stormbuffer.embedding import DEFAULT_VARIANT
 from stormbuffer.protocol.session import OneShotEmbedder
@@ -77,3 +79,17 @@ def test_a_prefetched_model_is_the_one_get_returns(tmp_path: Path, model_cache: 
     missing = OneShotEmbedder(tmp_path / "no-models")
     missing.prefetch()
     assert missing.get() == (None, "model_unavailable")
+
+
+def test_a_failed_search_exits_only_after_the_model_finished_opening(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rejected request is answered long before the model is open; leaving that thread inside
+    onnxruntime while the interpreter shuts down aborts the process."""
+    assert sandbox.sbuf("--project", "init").returncode == 0
+    monkeypatch.chdir(sandbox.cwd)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"version": 1, "query": 3}')))
+    status = run_invoke("search", View.PROJECT, sandbox.env)
+    assert status == 1
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "invalid_request"
+    assert [thread.name for thread in threading.enumerate() if thread.name == "stormbuffer-model-open"] == []

@@ -12,8 +12,12 @@ import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.stores import PlatformDirs, View
+
+if TYPE_CHECKING:
+    from ..protocol.session import Session
 
 VALIDATE_ENV = "STORMBUFFER_VALIDATE_OUTPUT"
 RETRIEVAL_OPERATIONS = ("search", "context")
@@ -33,7 +37,8 @@ def run_invoke(operation: str, view: View, env: Mapping[str, str]) -> int:
     """Read one request from stdin, write one envelope line to stdout; the exit status (0 iff `ok`).
 
     For search and context the model starts opening on a background thread at once, while the
-    request is read and checked and the modules it needs are imported.
+    request is read and checked and the modules it needs are imported; the process does not exit
+    before that thread is done.
     """
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
@@ -44,13 +49,21 @@ def run_invoke(operation: str, view: View, env: Mapping[str, str]) -> int:
         dirs = PlatformDirs.from_environ(env)
         selected = resolve_store(view, Path.cwd(), dirs)
     except Exception:  # no home directory, no working directory: nothing to tell but the fixed message
-        selected = None
-    embedder = OneShotEmbedder(selected.cache_dir) if selected is not None else None
-    if embedder is not None and operation in RETRIEVAL_OPERATIONS:
+        return _answer(operation, None, env)
+    embedder = OneShotEmbedder(selected.cache_dir)
+    if operation in RETRIEVAL_OPERATIONS:
         embedder.prefetch()
+    try:
+        return _answer(operation, Session(view, selected, dirs, embedder), env)
+    finally:
+        embedder.settle()
+
+
+def _answer(operation: str, session: Session | None, env: Mapping[str, str]) -> int:
+    """The envelope for the request on stdin (an internal error without a store), and its exit status."""
     from ..protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
 
-    if selected is None or embedder is None:
+    if session is None:
         _emit(encode(failure(operation, "internal_error", "could not resolve the selected store")))
         return 1
     try:
@@ -58,7 +71,6 @@ def run_invoke(operation: str, view: View, env: Mapping[str, str]) -> int:
     except (OSError, ValueError, AttributeError):  # unreadable, closed or missing stdin
         _emit(encode(failure(operation, "invalid_request", "could not read the JSON request")))
         return 1
-    session = Session(view, selected, dirs, embedder)
     answer = invoke_line(operation, data, session, validate=env.get(VALIDATE_ENV) == "1")
     _emit(answer.line)
     for problem in answer.problems:  # only when asked to validate, as the test suite does

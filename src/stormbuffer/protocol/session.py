@@ -49,10 +49,15 @@ class OneShotEmbedder:
             self._loading = threading.Thread(target=self._load, name="stormbuffer-model-open", daemon=True)
             self._loading.start()
 
-    def get(self) -> tuple[Embedder | None, str | None]:
+    def settle(self) -> None:
+        """Wait for a prefetch that is still opening the model: a process must not exit while that
+        thread is inside onnxruntime's native code (its runtime aborts the process)."""
         if self._loading is not None:
             self._loading.join()
             self._loading = None
+
+    def get(self) -> tuple[Embedder | None, str | None]:
+        self.settle()
         if self._loaded is None:  # not prefetched, or the prefetch failed unexpectedly: fail here, visibly
             self._load()
         assert self._loaded is not None
