@@ -6,16 +6,14 @@ import io
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from stormbuffer.cli.oneshot import direct_invocation, run_invoke
-from stormbuffer.core.stores import View
-from stormbuffer.embedding import DEFAULT_VARIANT
-from stormbuffer.protocol.session import OneShotEmbedder
+from stormbuffer.cli.oneshot import OneShotEmbedder, direct_invocation, run_invoke
+from stormbuffer.embedding import DEFAULT_VARIANT, open_embedder
+from stormbuffer.embedding.forked import ForkedEmbedder
 from tests.helpers import Sandbox, record_markdown
 
 RECORD_ID = "01890a5d-ac96-774b-bcce-b302099a8001"
@@ -24,10 +22,10 @@ RECORD_ID = "01890a5d-ac96-774b-bcce-b302099a8001"
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["invoke", "search"], (View.GLOBAL, "search")),
-        (["--project", "invoke", "get"], (View.PROJECT, "get")),
-        (["--local", "invoke", "context"], (View.LOCAL, "context")),
-        (["-g", "invoke", "remember"], (View.GLOBAL, "remember")),
+        (["invoke", "search"], ("global", "search")),
+        (["--project", "invoke", "get"], ("project", "get")),
+        (["--local", "invoke", "context"], ("local", "context")),
+        (["-g", "invoke", "remember"], ("global", "remember")),
         (["invoke", "--help"], None),
         (["invoke", "search", "--project"], None),
         (["--project", "--color", "never", "invoke", "search"], None),
@@ -36,7 +34,7 @@ RECORD_ID = "01890a5d-ac96-774b-bcce-b302099a8001"
         ([], None),
     ],
 )
-def test_only_the_plain_forms_skip_click(args: list[str], expected: tuple[View, str] | None) -> None:
+def test_only_the_plain_forms_skip_click(args: list[str], expected: tuple[str, str] | None) -> None:
     assert direct_invocation(args) == expected
 
 
@@ -71,25 +69,41 @@ def test_both_ways_give_the_same_envelope_and_the_direct_one_imports_no_click(sa
 
 
 def test_a_prefetched_model_is_the_one_get_returns(tmp_path: Path, model_cache: Callable[[str], Path]) -> None:
-    slot = OneShotEmbedder(model_cache(DEFAULT_VARIANT))
+    cache = model_cache(DEFAULT_VARIANT)
+    slot = OneShotEmbedder(lambda: open_embedder(cache))
     slot.prefetch()
     embedder, reason = slot.get()
-    assert embedder is not None and reason is None
-    assert slot.get()[0] is embedder
-    missing = OneShotEmbedder(tmp_path / "no-models")
+    assert isinstance(embedder, ForkedEmbedder) and reason is None
+    assert slot.get()[0] is embedder and embedder.embed(["hello"]).shape == (1, 384)
+    slot.close()
+    missing = OneShotEmbedder(lambda: open_embedder(tmp_path / "no-models"))
     missing.prefetch()
     assert missing.get() == (None, "model_unavailable")
 
 
-def test_a_failed_search_exits_only_after_the_model_finished_opening(
+def test_without_a_prefetch_the_model_opens_in_this_process(model_cache: Callable[[str], Path]) -> None:
+    cache = model_cache(DEFAULT_VARIANT)
+    slot = OneShotEmbedder(lambda: open_embedder(cache))
+    embedder, reason = slot.get()
+    assert embedder is not None and not isinstance(embedder, ForkedEmbedder) and reason is None
+
+
+def test_a_failed_search_ends_the_model_process_before_it_returns(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A rejected request is answered long before the model is open; leaving that thread inside
-    onnxruntime while the interpreter shuts down aborts the process."""
+    """A rejected request is answered long before the model is open; the child must not outlive the call."""
     assert sandbox.sbuf("--project", "init").returncode == 0
+    started: list[ForkedEmbedder] = []
+    start = ForkedEmbedder.start.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type[ForkedEmbedder], opener: Callable[[], tuple[object, str | None]]) -> ForkedEmbedder:
+        started.append(start(cls, opener))
+        return started[-1]
+
+    monkeypatch.setattr(ForkedEmbedder, "start", classmethod(recording))
     monkeypatch.chdir(sandbox.cwd)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"version": 1, "query": 3}')))
-    status = run_invoke("search", View.PROJECT, sandbox.env)
+    status = run_invoke("search", "project", sandbox.env)
     assert status == 1
     assert json.loads(capsys.readouterr().out)["error"]["code"] == "invalid_request"
-    assert [thread.name for thread in threading.enumerate() if thread.name == "stormbuffer-model-open"] == []
+    assert len(started) == 1 and started[0].pid is None

@@ -24,8 +24,7 @@ from .records import selected_store
 from .text import one_line
 
 if TYPE_CHECKING:
-    from ..embedding import Embedder
-    from ..index.sync import Progress, SyncReport
+    from ..index.sync import Embedder, Progress, SyncReport
 
 MIN_WATCH_INTERVAL_MS = 50
 PROGRESS_THRESHOLD = 50  # files or texts below which no progress bar is drawn
@@ -41,7 +40,7 @@ def _initialized_store(context: str) -> StorePaths:
 
 
 def _embedder(paths: StorePaths) -> tuple[Embedder | None, str | None]:
-    from ..retrieval import open_embedder
+    from ..embedding import open_embedder
 
     return open_embedder(paths.cache_dir)
 

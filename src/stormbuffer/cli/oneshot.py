@@ -2,67 +2,110 @@
 
 `sbuf [--global|--project|--local] invoke <operation>` reaches `run_invoke` straight from the console
 entry point, so a per-prompt call does not import click; any other form goes through click, whose
-`invoke` command calls the same function.
+`invoke` command calls the same function. This module imports little, so that a search can start
+opening the model in a child process before the rest of the work is imported.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
-import warnings
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ..core.stores import PlatformDirs, View
-
 if TYPE_CHECKING:
+    from ..embedding.forked import ForkedEmbedder
+    from ..index.sync import Embedder
     from ..protocol.session import Session
 
 VALIDATE_ENV = "STORMBUFFER_VALIDATE_OUTPUT"
 RETRIEVAL_OPERATIONS = ("search", "context")
-VIEW_FLAGS = {"-g": View.GLOBAL, "--global": View.GLOBAL, "--project": View.PROJECT, "--local": View.LOCAL}
+VIEW_FLAGS = {"-g": "global", "--global": "global", "--project": "project", "--local": "local"}
+
+Opened = tuple["Embedder | None", "str | None"]  # the embedder, or None and the semantic fallback reason
 
 
-def direct_invocation(args: list[str]) -> tuple[View, str] | None:
+def direct_invocation(args: list[str]) -> tuple[str, str] | None:
     """(view, operation) when `args` is exactly `[view flag] invoke <operation>`; None otherwise."""
     if len(args) == 2 and args[0] == "invoke" and not args[1].startswith("-"):
-        return View.GLOBAL, args[1]
+        return "global", args[1]
     if len(args) == 3 and args[0] in VIEW_FLAGS and args[1] == "invoke" and not args[2].startswith("-"):
         return VIEW_FLAGS[args[0]], args[2]
     return None
 
 
-def run_invoke(operation: str, view: View, env: Mapping[str, str]) -> int:
+class OneShotEmbedder:
+    """The embedder of a one-shot process: the already acquired model, opened on first use or
+    ahead of it in a child process (`prefetch`).
+
+    It never acquires or builds a model (that is `sbuf init`'s job), so a process without a model
+    answers lexically with the reason (`model_unavailable`, or `embedder_initialization_failed` for
+    a damaged cache) instead of spending seconds on a build.
+    """
+
+    def __init__(self, opener: Callable[[], Opened]) -> None:
+        self._opener = opener
+        self._opened: Opened | None = None
+        self._child: ForkedEmbedder | None = None
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> OneShotEmbedder:
+        """The model in the cache the environment names."""
+
+        def opener() -> Opened:
+            from ..core.dirs import PlatformDirs
+            from ..embedding import open_embedder
+
+            return open_embedder(PlatformDirs.from_environ(env).shared_cache)
+
+        return cls(opener)
+
+    def prefetch(self) -> None:
+        """Start opening the model in a child process, where the platform can fork (call it before
+        the process starts a thread)."""
+        from ..embedding.forked import ForkedEmbedder, can_fork
+
+        if self._child is None and self._opened is None and can_fork():
+            self._child = ForkedEmbedder.start(self._opener)
+
+    def get(self) -> Opened:
+        if self._opened is None and self._child is not None:
+            self._opened = self._child.opened()
+        if self._opened is None:  # not prefetched, or the child ended unexpectedly: open here, visibly
+            self._opened = self._opener()
+        return self._opened
+
+    def close(self) -> None:
+        """End the child process, if any: the process must not leave it behind."""
+        if self._child is not None:
+            self._child.close()
+
+
+def run_invoke(operation: str, view: str, env: Mapping[str, str]) -> int:
     """Read one request from stdin, write one envelope line to stdout; the exit status (0 iff `ok`).
 
-    For search and context the model starts opening on a background thread at once, while the
-    request is read and checked and the modules it needs are imported; the process does not exit
-    before that thread is done.
+    For search and context the model starts opening in a child process at once, while the request
+    is read and checked, the modules it needs are imported and the records synced; the child ends
+    with this call.
     """
-    warnings.simplefilter("ignore")
-    logging.disable(logging.CRITICAL)
-    from ..core.stores import resolve_store
-    from ..protocol.session import OneShotEmbedder, Session
-
-    try:
-        dirs = PlatformDirs.from_environ(env)
-        selected = resolve_store(view, Path.cwd(), dirs)
-    except Exception:  # no home directory, no working directory: nothing to tell but the fixed message
-        return _answer(operation, None, env)
-    embedder = OneShotEmbedder(selected.cache_dir)
+    embedder = OneShotEmbedder.from_environ(env)
     if operation in RETRIEVAL_OPERATIONS:
         embedder.prefetch()
     try:
-        return _answer(operation, Session(view, selected, dirs, embedder), env)
+        return _answer(operation, view, env, embedder)
     finally:
-        embedder.settle()
+        embedder.close()
 
 
-def _answer(operation: str, session: Session | None, env: Mapping[str, str]) -> int:
-    """The envelope for the request on stdin (an internal error without a store), and its exit status."""
+def _answer(operation: str, view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> int:
+    """Answer the request on stdin; the exit status."""
+    import logging
+    import warnings
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)
     from ..protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
 
+    session = _session(view, env, embedder)
     if session is None:
         _emit(encode(failure(operation, "internal_error", "could not resolve the selected store")))
         return 1
@@ -76,6 +119,21 @@ def _answer(operation: str, session: Session | None, env: Mapping[str, str]) -> 
     for problem in answer.problems:  # only when asked to validate, as the test suite does
         sys.stderr.write(f"schema: {problem}\n")
     return 0 if answer.ok else 1
+
+
+def _session(view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> Session | None:
+    """The caller's session; None without a home directory or working directory."""
+    from pathlib import Path
+
+    from ..core.stores import PlatformDirs, View, resolve_store
+    from ..protocol.session import Session
+
+    try:
+        dirs = PlatformDirs.from_environ(env)
+        selected = resolve_store(View(view), Path.cwd(), dirs)
+    except Exception:  # nothing to tell but the fixed message
+        return None
+    return Session(View(view), selected, dirs, embedder)
 
 
 def _emit(line: str) -> None:

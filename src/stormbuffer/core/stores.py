@@ -11,13 +11,13 @@ import hashlib
 import os
 import tempfile
 import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from .atomic import write_atomic
 from .codec import toml_string
+from .dirs import PlatformDirs
 from .errors import MutationBusy, NotInitialized, StoreError
 from .ids import is_canonical_uuid, new_record_id
 from .locks import LockBusy, exclusive_lock
@@ -43,21 +43,6 @@ class View(StrEnum):
             View.PROJECT: "project with applicable global memory",
             View.LOCAL: "strict local",
         }[self]
-
-
-@dataclass(frozen=True)
-class PlatformDirs:
-    data: Path
-    cache: Path
-
-    @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> PlatformDirs:
-        home = env.get("HOME") or env.get("USERPROFILE")
-        if not home:
-            raise StoreError("could not determine the user data directory; set HOME or the platform equivalent")
-        data = env.get("XDG_DATA_HOME") or str(Path(home, ".local", "share"))
-        cache = env.get("XDG_CACHE_HOME") or str(Path(home, ".cache"))
-        return cls(Path(data), Path(cache))
 
 
 @dataclass(frozen=True)
@@ -152,7 +137,7 @@ def find_project_root(cwd: Path) -> Path:
 
 
 def resolve_store(view: View, cwd: Path, dirs: PlatformDirs) -> StorePaths:
-    cache_dir = dirs.cache / "stormbuffer"
+    cache_dir = dirs.shared_cache
     if view is View.GLOBAL:
         return StorePaths("global", dirs.data / "stormbuffer", cache_dir)
     if not cwd.is_dir():

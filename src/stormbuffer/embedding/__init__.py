@@ -33,6 +33,7 @@ __all__ = [
     "TokenCounter",
     "acquire_model",
     "load_embedder",
+    "open_embedder",
     "load_tokenizer",
     "verify_model",
 ]
@@ -63,6 +64,17 @@ def load_embedder(cache_dir: Path, *, variant: str = DEFAULT_VARIANT) -> Embedde
     from .embedder import load
 
     return load(cache_dir, variant)
+
+
+def open_embedder(cache_dir: Path) -> tuple[Embedder | None, str | None]:
+    """The local model, or None with the semantic fallback reason (`model_unavailable` when it was
+    never acquired, `embedder_initialization_failed` when the cache is damaged). Never acquires."""
+    try:
+        return load_embedder(cache_dir), None
+    except ModelUnavailable:
+        return None, "model_unavailable"
+    except EmbedderInitError:
+        return None, "embedder_initialization_failed"
 
 
 def verify_model(cache_dir: Path, *, variant: str = DEFAULT_VARIANT) -> list[str]:

@@ -116,7 +116,7 @@ def doctor_store(paths: StorePaths) -> Diagnosis:
 def repair_store(paths: StorePaths) -> RepairReport:
     """Repair disposable state when the canonical data allows one unambiguous recovery."""
     from ..core.repository import Repository
-    from ..retrieval.prepare import open_embedder
+    from ..embedding import open_embedder
     from .sync import reindex_store
 
     diagnosis = doctor_store(paths)

@@ -21,7 +21,7 @@ from .errors import RECORDS_INVALID, ProtocolError
 from .session import Session
 
 if TYPE_CHECKING:
-    from stormbuffer.embedding import Embedder
+    from stormbuffer.index.sync import Embedder
     from stormbuffer.retrieval import SearchOptions
 
 MAX_RECORD_BODY_BYTES = 65536
@@ -52,8 +52,8 @@ def prepare(session: Session, stores: list[StorePaths], embedder: Embedder | Non
 def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embedder | None, str | None]:
     """The embedder (or None) and the semantic fallback reason, with every store synced, its vectors too.
 
-    A one-shot process syncs the records first, while its model may still be opening on another
-    thread, and then refreshes only the stores whose vectors are not current for that model.
+    A one-shot process syncs the records first, while its model may still be opening in another
+    process, and then refreshes only the stores whose vectors are not current for that model.
     """
     if session.freshness is not None:
         embedder, reason = session.embedder.get()
@@ -61,6 +61,8 @@ def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embed
     from stormbuffer.index.sync import vectors_current
 
     synced = prepare(session, stores, None)
+    import numpy  # noqa: F401  ranking needs it: imported here while the model may still be opening elsewhere
+
     embedder, reason = session.embedder.get()
     stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
     if stale:

@@ -3,10 +3,10 @@ and compiling bounded, cited context with a receipt."""
 
 from .context import ContextOptions, ContextResult, context
 from .hits import SearchHit, SearchOptions
-from .prepare import Preparation, open_embedder, prepare_stores
+from .prepare import Preparation, prepare_stores
 from .search import search
 
 __all__ = [
     "ContextOptions", "ContextResult", "Preparation", "SearchHit", "SearchOptions",
-    "context", "open_embedder", "prepare_stores", "search",
+    "context", "prepare_stores", "search",
 ]  # fmt: skip

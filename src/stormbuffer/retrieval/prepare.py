@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
-from ..index.sync import sync_store
+from ..index.sync import Embedder, sync_store
 
 if TYPE_CHECKING:
-    from ..embedding import Embedder
     from ..index.freshness import FreshnessRegistry
 
 
@@ -25,19 +23,6 @@ class Preparation:
     @property
     def complete(self) -> bool:
         return not self.invalid_files
-
-
-def open_embedder(cache_dir: Path) -> tuple[Embedder | None, str | None]:
-    """The local model, or None with the fallback reason (`model_unavailable` when it was never
-    acquired, `embedder_initialization_failed` when the cache is damaged). Never acquires."""
-    from ..embedding import EmbedderInitError, ModelUnavailable, load_embedder
-
-    try:
-        return load_embedder(cache_dir), None
-    except ModelUnavailable:
-        return None, "model_unavailable"
-    except EmbedderInitError:
-        return None, "embedder_initialization_failed"
 
 
 def prepare_stores(
