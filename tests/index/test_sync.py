@@ -18,7 +18,7 @@ from stormbuffer.core.stores import StorePaths, View
 from stormbuffer.embedding import Embedder
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import chunk_body
-from stormbuffer.index.sync import reindex_store, sync_store
+from stormbuffer.index.sync import reindex_store, scan_files, sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.helpers import lock_held_elsewhere
 from tests.stores import canonical_bytes, make_store, settle, write_record
@@ -29,6 +29,25 @@ LEXICAL = SearchOptions(mode="lexical")
 @pytest.fixture
 def store(tmp_path: Path) -> StorePaths:
     return make_store(tmp_path)
+
+
+def test_the_scan_lists_markdown_files_in_every_real_directory_and_no_symlink(
+    store: StorePaths, tmp_path: Path
+) -> None:
+    nested = store.records / "team" / "2026"
+    nested.mkdir(parents=True)
+    (store.records / "top.md").write_text("a")
+    (nested / "deep.md").write_text("bb")
+    (nested / "notes.txt").write_text("not a record")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "elsewhere.md").write_text("c")
+    (store.records / "linked.md").symlink_to(outside / "elsewhere.md")
+    (store.records / "linked-dir").symlink_to(outside, target_is_directory=True)
+    found = scan_files(store)
+    assert sorted(found) == ["records/team/2026/deep.md", "records/top.md"]
+    info = (nested / "deep.md").stat()
+    assert found["records/team/2026/deep.md"] == (info.st_size, info.st_mtime_ns, info.st_ino)
 
 
 def titles(paths: StorePaths, query: str) -> list[str]:

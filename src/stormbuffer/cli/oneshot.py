@@ -61,7 +61,9 @@ class OneShotEmbedder:
 
     def prefetch(self) -> None:
         """Start opening the model in a child process, where the platform can fork (call it before
-        the process starts a thread)."""
+        the process starts a thread). NumPy is imported first: both processes need it."""
+        import numpy  # noqa: F401
+
         from ..embedding.forked import ForkedEmbedder, can_fork
 
         if self._child is None and self._opened is None and can_fork():

@@ -103,23 +103,40 @@ class FileStat:
 def scan_files(paths: StorePaths) -> dict[str, Stat]:
     """Store-relative path → (size, mtime_ns, inode) of every regular `*.md` file below `records/`.
 
-    Symlinks are neither followed nor listed.
+    Symlinks are neither followed nor listed; a file removed while the directory is read is not
+    listed. Each file is looked up relative to its open directory (one path step, not the whole path).
     """
     if not paths.records.is_dir():
         raise StoreError("the canonical records directory is missing")
     found: dict[str, Stat] = {}
-    pending = [(str(paths.records), "records/")]
-    while pending:
-        directory, prefix = pending.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                    info = entry.stat(follow_symlinks=False)
-                    found[prefix + name] = (info.st_size, info.st_mtime_ns, info.st_ino)
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, f"{prefix}{name}/"))
+    directory = os.open(paths.records, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _scan_directory(directory, "records/", found)
+    finally:
+        os.close(directory)
     return found
+
+
+def _scan_directory(directory: int, prefix: str, found: dict[str, Stat]) -> None:
+    stat = os.stat
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                try:
+                    info = stat(name, dir_fd=directory, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                found[prefix + name] = (info.st_size, info.st_mtime_ns, info.st_ino)
+            elif entry.is_dir(follow_symlinks=False):
+                try:
+                    child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory)
+                except FileNotFoundError:
+                    continue
+                try:
+                    _scan_directory(child, f"{prefix}{name}/", found)
+                finally:
+                    os.close(child)
 
 
 @contextmanager

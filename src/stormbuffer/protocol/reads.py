@@ -61,8 +61,6 @@ def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embed
     from stormbuffer.index.sync import vectors_current
 
     synced = prepare(session, stores, None)
-    import numpy  # noqa: F401  ranking needs it: imported here while the model may still be opening elsewhere
-
     embedder, reason = session.embedder.get()
     stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
     if stale:
