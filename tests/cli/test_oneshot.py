@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -107,3 +108,19 @@ def test_a_failed_search_ends_the_model_process_before_it_returns(
     assert status == 1
     assert json.loads(capsys.readouterr().out)["error"]["code"] == "invalid_request"
     assert len(started) == 1 and started[0].pid is None
+
+
+def test_a_search_still_answers_when_no_process_can_be_forked(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert sandbox.sbuf("--project", "init").returncode == 0
+
+    def no_fork() -> int:
+        raise BlockingIOError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    monkeypatch.chdir(sandbox.cwd)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"version": 1, "query": "deploy", "budget": 64}')))
+    assert run_invoke("context", "project", sandbox.env) == 0
+    receipt = json.loads(capsys.readouterr().out)["result"]["receipt"]
+    assert receipt["retrieval_mode"] == "hybrid" and receipt["semantic_fallback"] is None

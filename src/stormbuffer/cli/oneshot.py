@@ -67,7 +67,10 @@ class OneShotEmbedder:
         from ..embedding.forked import ForkedEmbedder, can_fork
 
         if self._child is None and self._opened is None and can_fork():
-            self._child = ForkedEmbedder.start(self._opener)
+            try:
+                self._child = ForkedEmbedder.start(self._opener)
+            except OSError:  # no process or pipe to spare: the model opens here when needed
+                self._child = None
 
     def get(self) -> Opened:
         if self._opened is None and self._child is not None:

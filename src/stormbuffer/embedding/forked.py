@@ -58,10 +58,19 @@ class ForkedEmbedder:
 
     @classmethod
     def start(cls, opener: Opener) -> ForkedEmbedder:
-        """Fork a child that runs `opener` and then serves the embedder it returns."""
-        request_read, request_write = os.pipe()
-        reply_read, reply_write = os.pipe()
-        pid = os.fork()
+        """Fork a child that runs `opener` and then serves the embedder it returns; OSError when the
+        system has no process or pipe to spare."""
+        opened: list[int] = []
+        try:
+            request_read, request_write = os.pipe()
+            opened += (request_read, request_write)
+            reply_read, reply_write = os.pipe()
+            opened += (reply_read, reply_write)
+            pid = os.fork()
+        except OSError:
+            for descriptor in opened:
+                os.close(descriptor)
+            raise
         if pid == 0:  # the child never returns into the caller's code
             try:
                 os.close(request_write)

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
+import marshal
 import os
 import sqlite3
 import time
-from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -214,15 +213,12 @@ def reindex_store(
         return report
 
 
-def files_fingerprint(files: dict[str, Stat]) -> str | None:
-    """A digest of every record file's path and (size, mtime_ns, inode) in scan order; None when a value
-    does not fit 64 bits. The same files listed in another order only cost a full check."""
-    try:
-        values = array("q", itertools.chain.from_iterable(files.values()))
-    except OverflowError:
-        return None
+def files_fingerprint(files: dict[str, Stat]) -> str:
+    """A digest of every record file's path and (size, mtime_ns, inode) in scan order. The values are
+    serialized by `marshal` (fast; its format may change with the Python version, which then costs
+    one full check). The same files listed in another order also only cost a full check."""
     digest = hashlib.blake2b("\0".join(files).encode("utf-8", "surrogateescape"), digest_size=16)
-    digest.update(values.tobytes())
+    digest.update(marshal.dumps(list(files.values())))
     return digest.hexdigest()
 
 
@@ -243,8 +239,7 @@ def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder
         conn.execute("BEGIN IMMEDIATE")
         pj.check_version(conn)
         settings = pj.get_settings(conn)
-        fingerprint = files_fingerprint(files)
-        if fingerprint is None or settings.get(pj.FILES) != fingerprint:
+        if settings.get(pj.FILES) != files_fingerprint(files):
             return None
         if embedder is not None and not (
             settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, index_path)
