@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from stormbuffer.core.errors import StoreError
 from stormbuffer.core.stores import StorePaths
-from stormbuffer.embedding import DEFAULT_VARIANT, Embedder
+from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model
 from stormbuffer.index.doctor import doctor_store, repair_store
 from stormbuffer.index.gc import gc_store
 from stormbuffer.index.sync import sync_store
@@ -50,6 +52,26 @@ def test_a_synced_store_is_healthy_and_drift_is_reported(store: StorePaths, embe
     assert messages(store) == [("warning", "semantic vectors are missing or stale for some records")]
     sync_store(store, embedder)
     assert messages(store) == []
+
+
+def test_a_model_that_opens_without_its_saved_graph_is_reported_until_init_saves_one(
+    tmp_path: Path, model_cache: Callable[[str], Path], embedder: Embedder
+) -> None:
+    cache = tmp_path / "cache" / "stormbuffer"
+    shutil.copytree(model_cache(DEFAULT_VARIANT) / "models", cache / "models")  # a copy: the manifest changes
+    paths = make_store(tmp_path)
+    sync_store(paths, embedder)
+    manifest = next((cache / "models").glob("*/manifest.json"))
+    data = json.loads(manifest.read_text())
+    data["optimized"]["runtime"] = "onnxruntime 0.0.1 x86_64"
+    manifest.write_text(json.dumps(data))
+    assert messages(paths) == [
+        ("warning", "the model opens without its saved optimized graph, about twice as slowly "
+                    "(the saved graph was made by onnxruntime 0.0.1 x86_64)"),
+    ]  # fmt: skip
+    assert doctor_store(paths).semantic_model_ready
+    acquire_model(cache)
+    assert messages(paths) == []
 
 
 def test_repair_refuses_while_canonical_records_are_broken(store: StorePaths) -> None:

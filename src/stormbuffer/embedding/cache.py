@@ -117,14 +117,32 @@ def installed_model(cache_dir: Path, variant: str) -> tuple[Path, ModelManifest]
 
 
 def verify(cache_dir: Path, variant: str) -> list[str]:
-    """Problems found by fully hashing the model a process would load; empty when it is ready."""
+    """Problems found by fully hashing the model files a process needs; empty when it is ready."""
     _check_variant(variant)
     try:
         with reading(cache_dir):
             directory, manifest = _find_installed(cache_dir, variant)
-            return hash_problems(manifest.recorded_files(), directory)
+            return hash_problems(manifest.files, directory)
     except (ModelUnavailable, EmbedderInitError) as exc:
         return [str(exc)]
+
+
+def verify_optimized(cache_dir: Path, variant: str) -> str | None:
+    """Why a process would open `model.onnx` instead of the saved optimized graph (which opens about
+    twice as fast), after fully hashing that graph; None when the graph is used or the model itself
+    is not ready (`verify` says why)."""
+    _check_variant(variant)
+    try:
+        with reading(cache_dir):
+            directory, manifest = _find_installed(cache_dir, variant)
+            optimized = manifest.optimized
+            if optimized is None:
+                return "no optimized graph is saved"
+            if optimized.runtime != runtime_tag():
+                return f"the saved graph was made by {optimized.runtime}"
+            return "; ".join(hash_problems(optimized.files, directory)) or None
+    except (ModelUnavailable, EmbedderInitError):
+        return None
 
 
 def _acquire_built(
