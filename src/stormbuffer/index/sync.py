@@ -117,13 +117,12 @@ def scan_files(paths: StorePaths) -> dict[str, Stat]:
 
 
 def _scan_directory(directory: int, prefix: str, found: dict[str, Stat]) -> None:
-    stat = os.stat
-    with os.scandir(directory) as entries:
+    with os.scandir(directory) as entries:  # listed from a descriptor, an entry's stat is relative to it
         for entry in entries:
             name = entry.name
             if name.endswith(".md") and entry.is_file(follow_symlinks=False):
                 try:
-                    info = stat(name, dir_fd=directory, follow_symlinks=False)
+                    info = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
                 found[prefix + name] = (info.st_size, info.st_mtime_ns, info.st_ino)
