@@ -60,8 +60,8 @@ class OneShotEmbedder:
         return cls(opener)
 
     def prefetch(self) -> None:
-        """Start opening the model in a child process, where the platform can fork (call it before
-        the process starts a thread). NumPy is imported first: both processes need it."""
+        """Start opening the model in a child process on Linux (call it before the process starts a
+        thread; elsewhere the model opens on first use). NumPy is imported first: both processes need it."""
         import numpy  # noqa: F401
 
         from ..embedding.forked import ForkedEmbedder, can_fork

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -27,7 +28,9 @@ CALLS = frozenset({"embed", "token_count"})
 
 
 def can_fork() -> bool:
-    return hasattr(os, "fork")
+    """Linux only: elsewhere system libraries that NumPy may already have loaded (Accelerate on
+    macOS) do not support running on in a forked child."""
+    return sys.platform.startswith("linux")
 
 
 class ForkedEmbedder:
