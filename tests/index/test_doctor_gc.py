@@ -13,10 +13,12 @@ import pytest
 from stormbuffer.core.errors import StoreError
 from stormbuffer.core.stores import StorePaths
 from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model
+from stormbuffer.embedding.manifest import MANIFEST_NAME
 from stormbuffer.index.doctor import doctor_store, repair_store
 from stormbuffer.index.gc import gc_store
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import SearchOptions, search
+from tests.embedding.cachefiles import model_dir
 from tests.helpers import link_tree
 from tests.stores import canonical_bytes, make_store, settle, write_record
 
@@ -58,10 +60,10 @@ def test_a_model_that_opens_without_its_saved_graph_is_reported_until_init_saves
     tmp_path: Path, model_cache: Callable[[str], Path], embedder: Embedder
 ) -> None:
     cache = tmp_path / "cache" / "stormbuffer"
-    shutil.copytree(model_cache(DEFAULT_VARIANT) / "models", cache / "models")  # a copy: the manifest changes
+    shutil.copytree(model_dir(model_cache(DEFAULT_VARIANT)), model_dir(cache))  # a copy: the manifest changes
     paths = make_store(tmp_path)
     sync_store(paths, embedder)
-    manifest = next((cache / "models").glob("*/manifest.json"))
+    manifest = model_dir(cache) / MANIFEST_NAME
     data = json.loads(manifest.read_text())
     data["optimized"]["runtime"] = "onnxruntime 0.0.1 x86_64"
     manifest.write_text(json.dumps(data))
