@@ -8,7 +8,7 @@ Measures, each as a fresh process the way agents and plugins call it:
 - `sbuf --project invoke get`.
 
 Targets: search <= 0.5 s, hybrid context <= 0.8 s, `--version` <= 0.15 s (median wall time). The
-median CPU time (user + system) of the process is reported beside it: on a shared, loaded machine
+median CPU time (user + system) of the process and its model child is reported beside it: on a shared, loaded machine
 wall time includes waiting for a core, CPU time does not. The store comes from
 bench/corpus.py. Embedding 10,000 records with the real model takes far too long on a small
 machine, so the vectors come from the labelled fast path of bench/scale.py: the real model's
