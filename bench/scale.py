@@ -8,7 +8,8 @@ For each size a deterministic store is generated (bench/corpus.py) in its own pr
   (picked by a hash of its embedding text); retrieval cost is the same, recall is meaningless;
 - a fresh process, like a one-shot CLI call (modules imported before timing): its no-change
   sync ("cold"), its first hybrid context, and its peak RSS after a context per query;
-- warm no-change sync (repeated calls in one process), with the model loaded as the CLI does;
+- warm no-change sync (repeated calls in one process), with the model loaded as the CLI does,
+  interleaved with the platform's floor for it: listing the tree and one lstat per record file;
 - sync after editing one record (re-embeds its chunks, rewrites the vector matrix);
 - reindex (new database beside the old one, vectors carried over): records/s, chunks/s;
 - search and context (limit 10, budget 512), lexical and hybrid, in process: p50/p95 over the
@@ -103,6 +104,17 @@ def percentiles(samples: list[float]) -> dict[str, float]:
             "max_ms": round(ordered[-1] * 1000, 2)}  # fmt: skip
 
 
+def stat_every_file(directory: Path) -> int:
+    """The floor of any freshness check, without Stormbuffer: list the tree and lstat every `*.md` file."""
+    count = 0
+    for root, _directories, names in os.walk(directory):
+        for name in names:
+            if name.endswith(".md"):
+                os.lstat(os.path.join(root, name))
+                count += 1
+    return count
+
+
 def timed(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
@@ -171,8 +183,13 @@ def run_one(size: int, work: Path, rounds: int, embed_up_to: int) -> dict[str, A
 
         sync_store(paths, embedder)  # settle: nothing left to do
         result.update(fresh_process(paths, work))
-        warm = [timed(lambda: sync_store(paths, embedder)) for _ in range(max(rounds * 4, 20))]
+        warm, floor = [], []
+        for _ in range(max(rounds * 4, 20)):  # interleaved, so that both see the same moments of the host
+            warm.append(timed(lambda: sync_store(paths, embedder)))
+            floor.append(timed(lambda: stat_every_file(paths.records)))
         result["warm_no_change_sync"] = percentiles(warm)
+        result["stat_floor"] = percentiles(floor)
+        result["sync_over_floor"] = percentiles([sync - bare for sync, bare in zip(warm, floor, strict=True)])
 
         edited = next(iter(sorted(paths.records.glob("*.md"))))
         text = edited.read_text(encoding="utf-8")
@@ -272,6 +289,8 @@ def table(results: list[dict[str, Any]]) -> str:
         ("model embedding texts/s", lambda r: f"{r['embedding'].get('model_texts_per_s', 'cached')}"),
         ("cold no-change sync ms", lambda r: f"{r['cold_no_change_sync_ms']}"),
         ("warm no-change sync p50/p95 ms", lambda r: _pair(r["warm_no_change_sync"])),
+        ("  list + lstat every file p50/p95 ms", lambda r: _pair(r.get("stat_floor"))),
+        ("  sync minus that, paired, p50/p95 ms", lambda r: _pair(r.get("sync_over_floor"))),
         ("edit one record + sync ms", lambda r: f"{r['edit_one_record_sync']['ms']}"),
         ("reindex records/s", lambda r: f"{r['reindex']['records_per_s']:,}"),
         ("reindex chunks/s", lambda r: f"{r['reindex']['chunks_per_s']:,}"),
@@ -291,8 +310,9 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _pair(values: dict[str, float]) -> str:
-    return f"{values['p50_ms']}/{values['p95_ms']}"
+def _pair(values: dict[str, float] | None) -> str:
+    """p50/p95; "-" for a measure an older result of that size does not have."""
+    return "-" if values is None else f"{values['p50_ms']}/{values['p95_ms']}"
 
 
 def main() -> None:
