@@ -235,6 +235,23 @@ def test_doctor_and_repair(sandbox: Sandbox) -> None:
     assert json.loads(ok(sandbox.sbuf("--project", "search", "rebuilt", "--json")))[0]["record_id"] == ID_A
 
 
+def test_doctor_reports_a_model_opening_without_its_saved_graph_until_init(sandbox: Sandbox) -> None:
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Fast start", "The saved graph opens twice as fast.")
+    ok(sandbox.sbuf("--project", "sync"))
+    (manifest,) = (sandbox.base / "cache" / "stormbuffer" / "models").glob("*/manifest.json")
+    data = json.loads(manifest.read_text())
+    data["optimized"]["runtime"] = "onnxruntime 0.0.1 x86_64"
+    manifest.unlink()  # a hard link to the shared cache: replace the file, never edit it in place
+    manifest.write_text(json.dumps(data))
+    report = ok(sandbox.sbuf("--project", "doctor"))
+    assert "the model opens without its saved optimized graph, about twice as slowly" in report
+    assert "(the saved graph was made by onnxruntime 0.0.1 x86_64)" in report
+    assert "Repair: run `sbuf init`" in report and "Status: healthy" not in report
+    ok(sandbox.sbuf("--project", "init"))
+    assert "Status: healthy" in ok(sandbox.sbuf("--project", "doctor"))
+
+
 def test_gc_removes_disposable_files_and_keeps_the_model_unless_asked(sandbox: Sandbox) -> None:
     scope = project_store(sandbox)
     record = put(sandbox.project_root, ID_C, scope, "Kept", "Records are never collected.")

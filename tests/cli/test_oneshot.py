@@ -15,7 +15,7 @@ import pytest
 from stormbuffer.cli.oneshot import OneShotEmbedder, direct_invocation, run_invoke
 from stormbuffer.embedding import DEFAULT_VARIANT, open_embedder
 from stormbuffer.embedding.forked import ForkedEmbedder
-from tests.helpers import Sandbox, record_markdown
+from tests.helpers import SBUF, Sandbox, record_markdown
 
 RECORD_ID = "01890a5d-ac96-774b-bcce-b302099a8001"
 
@@ -124,3 +124,43 @@ def test_a_search_still_answers_when_no_process_can_be_forked(
     assert run_invoke("context", "project", sandbox.env) == 0
     receipt = json.loads(capsys.readouterr().out)["result"]["receipt"]
     assert receipt["retrieval_mode"] == "hybrid" and receipt["semantic_fallback"] is None
+
+
+# Runs a command as a subreaper (Linux): a process the command leaves behind is adopted here and
+# counted when it ends.
+ADOPTING_RUNNER = """
+import ctypes, json, os, subprocess, sys
+PR_SET_CHILD_SUBREAPER = 36
+assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+done = subprocess.run(sys.argv[1:], input=sys.stdin.buffer.read(), capture_output=True)
+adopted = 0
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    adopted += 1
+print(json.dumps({"status": done.returncode, "stdout": done.stdout.decode(), "stderr": done.stderr.decode(),
+                  "adopted": adopted}))
+"""
+
+
+def run_adopting(sandbox: Sandbox, operation: str, request: str) -> dict[str, object]:
+    """`sbuf --project invoke <operation>` and how many processes it left behind."""
+    command = [sys.executable, "-c", ADOPTING_RUNNER, str(SBUF), "--project", "invoke", operation]
+    runner = subprocess.run(command, cwd=sandbox.cwd, env=sandbox.env, input=request, capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    result: dict[str, object] = json.loads(runner.stdout)
+    return result
+
+
+def test_no_model_process_outlives_the_call(sandbox: Sandbox) -> None:
+    """A rejected search is answered while its model's child process is still opening the model;
+    a successful context after the child answered. Neither leaves that process behind."""
+    assert sandbox.sbuf("--project", "init").returncode == 0
+    rejected = run_adopting(sandbox, "search", '{"version": 1, "query": 3}')
+    assert (rejected["status"], rejected["stderr"], rejected["adopted"]) == (1, "", 0), rejected
+    assert json.loads(str(rejected["stdout"]))["error"]["code"] == "invalid_request"
+    answered = run_adopting(sandbox, "context", json.dumps({"version": 1, "query": "deploy ritual", "budget": 64}))
+    assert (answered["status"], answered["stderr"], answered["adopted"]) == (0, "", 0), answered
+    assert json.loads(str(answered["stdout"]))["result"]["receipt"]["retrieval_mode"] == "hybrid"

@@ -62,11 +62,11 @@ class OneShotEmbedder:
     def prefetch(self) -> None:
         """Start opening the model in a child process on Linux (call it before the process starts a
         thread; elsewhere the model opens on first use). NumPy is imported first: both processes need it."""
-        import numpy  # noqa: F401
-
         from ..embedding.forked import ForkedEmbedder, can_fork
 
         if self._child is None and self._opened is None and can_fork():
+            import numpy  # noqa: F401
+
             try:
                 self._child = ForkedEmbedder.start(self._opener)
             except OSError:  # no process or pipe to spare: the model opens here when needed
@@ -134,11 +134,12 @@ def _session(view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> Se
     from ..protocol.session import Session
 
     try:
+        selected_view = View(view)
         dirs = PlatformDirs.from_environ(env)
-        selected = resolve_store(View(view), Path.cwd(), dirs)
+        selected = resolve_store(selected_view, Path.cwd(), dirs)
     except Exception:  # nothing to tell but the fixed message
         return None
-    return Session(View(view), selected, dirs, embedder)
+    return Session(selected_view, selected, dirs, embedder)
 
 
 def _emit(line: str) -> None:

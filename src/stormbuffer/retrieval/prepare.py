@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
-from ..index.sync import Embedder, sync_store
+from ..index.sync import sync_store
 
 if TYPE_CHECKING:
     from ..index.freshness import FreshnessRegistry
+    from ..index.sync import Embedder
 
 
 @dataclass
