@@ -10,7 +10,7 @@ For each size a deterministic store is generated (bench/corpus.py) in its own pr
   sync ("cold"), its first hybrid context, and its peak RSS after a context per query;
 - warm no-change sync (repeated calls in one process), with the model loaded as the CLI does,
   interleaved with the platform's floor for it: listing the tree and one lstat per record file;
-- sync after editing one record (re-embeds its chunks, rewrites the vector matrix);
+- sync after editing one record (re-embeds its chunks, writes their vectors as a new matrix segment);
 - reindex (new database beside the old one, vectors carried over): records/s, chunks/s;
 - search and context (limit 10, budget 512), lexical and hybrid, in process: p50/p95 over the
   query set (the hybrid figure includes embedding the query);

@@ -21,6 +21,7 @@ from stormbuffer.index.chunking import chunk_body
 from stormbuffer.index.sync import reindex_store, scan_files, sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.helpers import lock_held_elsewhere
+from tests.matrices import assert_matrix_matches_projection
 from tests.stores import canonical_bytes, make_store, settle, write_record
 
 LEXICAL = SearchOptions(mode="lexical")
@@ -298,12 +299,6 @@ def test_reindex_carries_vectors_of_the_same_model(store: StorePaths, embedder: 
 def test_the_vector_matrix_matches_the_stored_vectors_after_incremental_syncs(
     store: StorePaths, embedder: Embedder
 ) -> None:
-    import json
-
-    import numpy as np
-
-    from stormbuffer.index import vectors
-
     records = [write_record(store, f"Matrix {n}", f"Body number {n} about tide tables.") for n in range(4)]
     sync_store(store, embedder)
     (store.records / f"{records[0].id}.md").unlink()
@@ -311,17 +306,7 @@ def test_the_vector_matrix_matches_the_stored_vectors_after_incremental_syncs(
     write_record(store, "Matrix new", "A fresh body about harbour pilots.", status="archived")
     assert sync_store(store, embedder).embedded == 1
     assert rows(store, "SELECT count(*) FROM vectors") == rows(store, "SELECT count(DISTINCT embed_hash) FROM chunks")
-
-    ((files,),) = rows(store, "SELECT value FROM metadata WHERE key = 'vector_files'")
-    current = json.loads(str(files))
-    matrix = vectors.load(store.index_path, current["token"], current["scopes"])
-    assert matrix is not None
-    stored = rows(store, "SELECT c.id, v.vector, r.status FROM chunks c JOIN vectors v ON v.embed_hash = c.embed_hash "
-                        "JOIN records r ON r.id = c.record_id ORDER BY c.id")  # fmt: skip
-    assert list(matrix.rows["chunk"]) == [chunk for chunk, _, _ in stored]
-    for row, (_, blob, status) in enumerate(stored):
-        assert np.array_equal(matrix.vectors[row], np.frombuffer(blob, dtype="<f4"))  # type: ignore[arg-type]
-        assert matrix.rows["status"][row] == ["candidate", "active", "superseded", "archived"].index(str(status))
+    assert_matrix_matches_projection(store)
 
 
 def test_a_new_copy_earlier_in_path_order_takes_the_id_from_an_indexed_file(store: StorePaths) -> None:

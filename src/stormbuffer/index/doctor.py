@@ -10,7 +10,6 @@ projection). Symlinks are neither followed nor removed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from ..core.errors import IndexUnavailable, NotInitialized, RecordError, StoreEr
 from ..core.stores import StorePaths, record_scope
 from . import projection as pj
 from . import vectors as vector_files
-from .sync import matrix_token, scan_files
+from .sync import current_layout, scan_files
 
 REPAIR_SYNC = "run `sbuf sync`"
 REPAIR_REINDEX = "run `sbuf reindex`"
@@ -203,7 +202,7 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
             issues.append(Issue("warning", "projection", f"projection is stale for {name}", REPAIR_SYNC))
     for name in sorted(set(valid) - set(projected)):
         issues.append(Issue("warning", "projection", f"canonical record is not indexed: {name}", REPAIR_SYNC))
-    vectors_current = unembedded == 0 and matrix_token(settings, path) is not None
+    vectors_current = unembedded == 0 and current_layout(settings, path) is not None
     if diagnosis.semantic_model_ready and not vectors_current:
         issues.append(Issue("warning", "projection", "semantic vectors are missing or stale for some records",
                             REPAIR_SYNC))  # fmt: skip
@@ -249,7 +248,7 @@ def _used_matrix(index_path: Path) -> set[Path]:
             files = pj.get_setting(conn, pj.VECTOR_FILES)
     except IndexUnavailable:
         return set()
-    return set(vector_files.file_names(index_path, json.loads(files)["token"])) if files else set()
+    return set(vector_files.Layout.parse(files).paths(index_path)) if files else set()
 
 
 def _regular(path: Path) -> bool:

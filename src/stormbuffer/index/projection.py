@@ -88,7 +88,7 @@ def _define() -> Tables:
     )  # fmt: skip
     chunks = Table(
         "chunks", metadata,
-        Column("id", Integer, primary_key=True),  # the full-text rowid; never reused (AUTOINCREMENT)
+        Column("id", Integer, primary_key=True),  # postings and matrix rows refer to it; never reused (AUTOINCREMENT)
         Column("record_id", Text, ForeignKey("records.id", ondelete="CASCADE"), nullable=False),
         Column("ordinal", Integer, nullable=False),
         Column("heading", Text),

@@ -185,7 +185,7 @@ def reindex_store(
         live = paths.index_path
         temp = live.with_name(f".{live.name}.{os.getpid()}.reindex.tmp")
         _remove_database(temp)
-        token: str | None = None
+        layout: vector_files.Layout | None = None
         try:
             engine = pj.engine_for(temp, create=True)
             try:
@@ -193,7 +193,7 @@ def reindex_store(
                     pj.create_schema(conn)
                 sync = _Sync(engine, paths, scope, embedder, progress, carry_vectors_from=live, matrix_path=live)
                 report = sync.run(files)
-                token = sync.matrix_token
+                layout = sync.layout
                 with engine.connect() as conn:
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
@@ -203,11 +203,11 @@ def reindex_store(
             fsync_directory(live.parent)
         except BaseException:
             _remove_database(temp)
-            if token is not None:
-                for path in vector_files.file_names(live, token):
+            if layout is not None:  # a rebuilt matrix is one segment of this run's own token
+                for path in layout.paths(live):
                     path.unlink(missing_ok=True)
             raise
-        vector_files.remove_except(live, token)
+        vector_files.remove_except(live, layout)
         report.rebuilt = True
         return report
 
@@ -241,7 +241,7 @@ def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder
         if settings.get(pj.FILES) != files_fingerprint(files):
             return None
         if embedder is not None and not (
-            settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, index_path)
+            settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and current_layout(settings, index_path)
         ):
             return None
         report = SyncReport(skipped=_record_count(conn), invalid_files=_invalid_files(conn))
@@ -277,19 +277,19 @@ def vectors_current(paths: StorePaths, embedder: Embedder) -> bool:
     if stored is None:
         return False
     path, settings = stored
-    return settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and matrix_token(settings, path) is not None
+    return settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and current_layout(settings, path) is not None
 
 
-def matrix_token(settings: dict[str, str], index_path: Path) -> str | None:
-    """The token of the vector matrix files when they describe the projection's current generation.
+def current_layout(settings: dict[str, str], index_path: Path) -> vector_files.Layout | None:
+    """The layout of the vector matrix files when they describe the projection's current generation.
 
     Every change to chunks bumps the generation, and the matrix is written only after every
     chunk has a vector, so a current matrix also means no vector is missing.
     """
     if settings.get(pj.VECTOR_GENERATION) != settings[pj.GENERATION] or pj.VECTOR_FILES not in settings:
         return None
-    token: str = json.loads(settings[pj.VECTOR_FILES])["token"]
-    return token if all(path.is_file() for path in vector_files.file_names(index_path, token)) else None
+    layout = vector_files.Layout.parse(settings[pj.VECTOR_FILES])
+    return layout if all(path.is_file() for path in layout.paths(index_path)) else None
 
 
 def _open_for_writing(path: Path) -> tuple[Engine, bool]:
@@ -373,7 +373,7 @@ class _Sync:
         self.carry_vectors_from = carry_vectors_from
         self.matrix_path = matrix_path or paths.index_path
         self.report = SyncReport()
-        self.matrix_token: str | None = None
+        self.layout: vector_files.Layout | None = None
         self._count_tokens: Callable[[str], int] | None = None
 
     def run(self, files: dict[str, Stat]) -> SyncReport:
@@ -569,8 +569,8 @@ class _Sync:
         with self.engine.begin() as conn:
             settings = pj.get_settings(pj.driver_connection(conn))
             same_model = settings.get(pj.VECTOR_MODEL) == model
-            self.matrix_token = matrix_token(settings, self.matrix_path) if same_model else None
-            if self.matrix_token is not None:
+            self.layout = current_layout(settings, self.matrix_path) if same_model else None
+            if self.layout is not None:
                 return
             if not same_model:
                 conn.execute(delete(t.vectors))
@@ -578,7 +578,7 @@ class _Sync:
                 self._carry_vectors(conn, model)
             previous = self._previous_matrix(settings) if same_model else None
             # Chunks up to the previous matrix's last one had vectors then; ids are never reused.
-            newer_than = int(previous.rows["chunk"][-1]) if previous is not None and previous.rows.size else -1
+            newer_than = int(previous.rows["chunk"][-1]) if previous is not None and previous.size else -1
             missing = list(
                 conn.execute(
                     select(t.chunks.c.embed_hash, t.chunks.c.embed_text)
@@ -606,22 +606,21 @@ class _Sync:
                                                  t.vectors.c.embed_hash.not_in(still_used)))  # fmt: skip
             conn.execute(delete(t.released))
             settings = pj.get_settings(pj.driver_connection(conn))
-            self.matrix_token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
-            scopes = self._write_matrix(conn, embedder.dimension, self.matrix_token, previous)
+            token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
+            self.layout = self._write_matrix(conn, embedder.dimension, token, previous)
             pj.set_settings(pj.driver_connection(conn), {
                 pj.VECTOR_GENERATION: settings[pj.GENERATION],
                 pj.VECTOR_MODEL: model,
-                pj.VECTOR_FILES: json.dumps({"token": self.matrix_token, "scopes": scopes}),
+                pj.VECTOR_FILES: self.layout.dumps(),
             })  # fmt: skip
         if self.carry_vectors_from is None:
-            vector_files.remove_except(self.matrix_path, self.matrix_token)
+            vector_files.remove_except(self.matrix_path, self.layout)
 
     def _previous_matrix(self, settings: dict[str, str]) -> vector_files.Matrix | None:
         """The last matrix written for this projection, whatever generation it describes."""
         if pj.VECTOR_FILES not in settings:
             return None
-        files = json.loads(settings[pj.VECTOR_FILES])
-        return vector_files.load(self.matrix_path, files["token"], files["scopes"])
+        return vector_files.load(self.matrix_path, vector_files.Layout.parse(settings[pj.VECTOR_FILES]))
 
     def _carry_vectors(self, conn: Connection, model: str) -> None:
         """Copy vectors the new projection needs from the live one, when it used the same model."""
@@ -646,47 +645,103 @@ class _Sync:
             return
 
     def _write_matrix(self, conn: Connection, dimension: int, token: str, previous: vector_files.Matrix | None
-                      ) -> list[str]:  # fmt: skip
-        """Write the matrix files for every chunk; returns the scope names the row codes refer to.
+                      ) -> vector_files.Layout:  # fmt: skip
+        """Write the matrix files for every chunk as generation `token`; returns their layout.
 
         Chunk ids are never reused, so a chunk found in the previous matrix (same projection and
-        model) keeps its row's vector; only newer chunks' vectors are read from SQLite.
+        model) keeps its row's vector; only newer chunks' vectors are read from SQLite. When the
+        previous matrix is recent enough, only those newer vectors are written, as a new segment.
         """
         import numpy as np
 
         cursor = pj.driver_connection(conn).cursor()
         try:
-            meta = cursor.execute(
-                "SELECT c.id, c.record_id, r.scope, r.status, r.access, r.kind FROM chunks AS c "
-                "JOIN records AS r ON r.id = c.record_id ORDER BY c.id"
-            ).fetchall()
-            scopes = sorted({row[2] for row in meta})
-            codes = vector_files.code_tables(scopes)
-            numbers: dict[str, int] = {}
-            rows = np.array(
-                [(chunk, numbers.setdefault(record, len(numbers)), codes.scope[scope], codes.status[status],
-                  codes.access[access], codes.kind[kind]) for chunk, record, scope, status, access, kind in meta],
-                dtype=vector_files.ROW_DTYPE,
-            )  # fmt: skip
-            matrix = np.empty((len(meta), dimension), dtype=np.float32)
-            known = np.zeros(len(meta), dtype=bool)
-            newer_than = -1
-            if previous is not None and previous.rows.size and previous.vectors.shape[1] == dimension:
-                position = np.minimum(np.searchsorted(previous.rows["chunk"], rows["chunk"]), previous.rows.size - 1)
-                known = previous.rows["chunk"][position] == rows["chunk"]
-                matrix[known] = previous.vectors[position[known]]
-                newer_than = int(previous.rows["chunk"][-1])
+            rows, scopes = _matrix_rows(cursor)
+            if previous is not None and not (previous.size and previous.segments[0].shape[1] == dimension):
+                previous = None
+            newer_than = int(previous.rows["chunk"][-1]) if previous is not None else -1
             blobs = [row[0] for row in cursor.execute(
                 "SELECT v.vector FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
                 "WHERE c.id > ? ORDER BY c.id", (newer_than,))]  # fmt: skip
         finally:
             cursor.close()
-        if len(blobs) != int((~known).sum()):  # the previous matrix does not fit: build from SQLite alone
+        newer = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dimension)
+        if previous is not None:
+            appended = _appended_rows(previous, rows, len(blobs))
+            if appended is not None:
+                layout = vector_files.Layout(
+                    token, tuple(scopes), previous.layout.segments + ((token,) if blobs else ())
+                )
+                vector_files.write(self.matrix_path, layout, appended, newer if blobs else None)
+                return layout
+        matrix = np.empty((rows.size, dimension), dtype=np.float32)
+        known = np.zeros(rows.size, dtype=bool)
+        if previous is not None:
+            position = np.minimum(np.searchsorted(previous.rows["chunk"], rows["chunk"]), previous.size - 1)
+            known = previous.rows["chunk"][position] == rows["chunk"]
+            matrix[known] = previous.vectors(position[known])
+        if previous is not None and len(blobs) != int((~known).sum()):  # it does not fit: build from SQLite alone
             return self._write_matrix(conn, dimension, token, None)
-        if blobs:
-            matrix[~known] = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dimension)
-        vector_files.write(self.matrix_path, token, matrix, rows)
-        return scopes
+        matrix[~known] = newer  # (a chunk without a vector fails here: ValueError)
+        layout = vector_files.Layout(token, tuple(scopes), (token,))
+        vector_files.write(self.matrix_path, layout, rows, matrix)
+        return layout
+
+
+def _matrix_rows(cursor: sqlite3.Cursor) -> tuple[np.ndarray, list[str]]:
+    """The matrix row of every chunk, in chunk order, and the scope names their scope codes refer to.
+    A record's number is its position among the records by rowid."""
+    import numpy as np
+
+    records = cursor.execute("SELECT rowid, scope, status, access, kind FROM records ORDER BY rowid").fetchall()
+    scopes = sorted({row[1] for row in records})
+    codes = vector_files.code_tables(scopes)
+    rowids = np.array([row[0] for row in records], dtype=np.int64)
+    record_codes = np.array(
+        [(codes.scope[scope], codes.status[status], codes.access[access], codes.kind[kind])
+         for _, scope, status, access, kind in records], dtype=np.int16,
+    ).reshape(len(records), 4)  # fmt: skip
+    # Records first (CROSS JOIN keeps that order): then every lookup stays in the two tables' small
+    # indexes instead of reading the wide chunk rows. Sorted by chunk id below.
+    chunks = np.array(cursor.execute(
+        "SELECT c.id, r.rowid FROM records AS r CROSS JOIN chunks AS c ON c.record_id = r.id").fetchall(),
+        dtype=np.int64).reshape(-1, 2)  # fmt: skip
+    chunks = chunks[np.argsort(chunks[:, 0])]
+    numbers = np.searchsorted(rowids, chunks[:, 1])
+    rows = np.empty(len(chunks), dtype=vector_files.ROW_DTYPE)
+    rows["chunk"], rows["record"] = chunks[:, 0], numbers
+    for column, name in enumerate(("scope", "status", "access", "kind")):
+        rows[name] = record_codes[numbers, column]
+    return rows, scopes
+
+
+def _appended_rows(previous: vector_files.Matrix, rows: np.ndarray, newer: int) -> np.ndarray | None:
+    """The rows file for the previous matrix's segments plus one segment of the `newer` chunks after
+    its last one; None when the previous matrix does not fit or the result should be laid out afresh.
+
+    Every previous row whose chunk is gone turns dead; the others take their record's current codes.
+    """
+    import numpy as np
+
+    kept = rows.size - newer  # rows are in chunk order, so the newer chunks come last
+    if kept < 0:
+        return None
+    position = np.minimum(np.searchsorted(previous.rows["chunk"], rows["chunk"][:kept]), previous.size - 1)
+    if not np.array_equal(previous.rows["chunk"][position], rows["chunk"][:kept]):
+        return None
+    if np.any(previous.rows["status"][position] == vector_files.DEAD):
+        return None
+    total = previous.size + newer
+    segments = len(previous.layout.segments) + (1 if newer else 0)
+    if total - rows.size > vector_files.MAX_DEAD_SHARE * total or segments > vector_files.MAX_SEGMENTS:
+        return None
+    appended = np.empty(total, dtype=vector_files.ROW_DTYPE)
+    appended[: previous.size] = previous.rows
+    appended["status"][: previous.size] = vector_files.DEAD
+    appended["record"][: previous.size] = -1
+    appended[position] = rows[:kept]
+    appended[previous.size :] = rows[kept:]
+    return appended
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,20 +1,27 @@
 """The vector matrix files kept beside a projection, for exact search with NumPy.
 
 SQLite holds one float32 blob per distinct embedding text (the durable copy). After a sync that
-changed anything, the writer lays the vectors of every chunk out as two immutable `.npy` files:
+changed anything, the writer lays the vectors of every chunk out in immutable `.npy` files:
 
-- `<index>.vectors-<token>.npy`: float32 [rows, dimension], one row per chunk;
-- `<index>.rows-<token>.npy`: per row the chunk id, a record number and the codes of the record's
-  scope, status, access and kind, so filters run as NumPy masks before ranking.
+- vector segments `<index>.vectors-<token>.npy`: float32 [rows, dimension], one row per chunk,
+  named by the generation that wrote them;
+- `<index>.rows-<token>.npy`: one entry per row of the segments taken in order: the chunk id, a
+  record number and the codes of the record's scope, status, access and kind, so filters run as
+  NumPy masks before ranking. A row whose chunk is gone is dead: its status code matches nothing.
 
-The token (projection id + generation) is recorded in the projection's metadata in the same
-transaction that makes the files current, so a reader's snapshot always names files that match
+A sync that only adds chunks writes a segment with the new chunks' vectors and a new rows file,
+and keeps the earlier segments (rewriting a large matrix for one edited record costs seconds).
+Once dead rows or segments pile up, the writer lays everything out again as one segment.
+
+Which files make up the current matrix (the `Layout`) is recorded in the projection's metadata in
+the same transaction that makes them current, so a reader's snapshot always names files that match
 it. A one-shot process maps the files (`mmap_mode="r"`) instead of reading every blob; a
 long-running process keeps the few most recent mappings.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -30,19 +37,90 @@ if TYPE_CHECKING:
     import numpy as np
 
 ROW_DTYPE = [("chunk", "<i8"), ("record", "<i4"), ("scope", "<i2"), ("status", "i1"), ("access", "i1"), ("kind", "i1")]
+DEAD = -1  # status code of a row whose chunk is gone
+MAX_SEGMENTS = 8
+MAX_DEAD_SHARE = 0.25  # beyond this share of dead rows, the next write lays the matrix out afresh
 _CACHE_SIZE = 4
 _PASSING_CACHE = 8  # filter combinations remembered per matrix
 
 
 @dataclass(frozen=True)
-class Matrix:
-    """Mapped vectors plus the row metadata; `scopes[code]` names a scope code."""
+class Layout:
+    """The files of one matrix: the rows file of `token` and the vector segments, in row order."""
 
-    vectors: np.ndarray
+    token: str
+    scopes: tuple[str, ...]  # `scopes[code]` names a row's scope code
+    segments: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, value: str) -> Layout:
+        """From the projection's `vector_files` setting (a matrix of one segment may omit the list)."""
+        data = json.loads(value)
+        return cls(data["token"], tuple(data["scopes"]), tuple(data.get("segments", [data["token"]])))
+
+    def dumps(self) -> str:
+        return json.dumps({"token": self.token, "scopes": list(self.scopes), "segments": list(self.segments)})
+
+    def rows_path(self, index_path: Path) -> Path:
+        return index_path.with_name(f"{index_path.name}.rows-{self.token}.npy")
+
+    def segment_paths(self, index_path: Path) -> list[Path]:
+        return [segment_path(index_path, segment) for segment in self.segments]
+
+    def paths(self, index_path: Path) -> list[Path]:
+        return [self.rows_path(index_path), *self.segment_paths(index_path)]
+
+
+def segment_path(index_path: Path, token: str) -> Path:
+    return index_path.with_name(f"{index_path.name}.vectors-{token}.npy")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Mapped vector segments plus the row metadata of one layout."""
+
+    layout: Layout
+    segments: tuple[np.ndarray, ...]
     rows: np.ndarray
-    scopes: tuple[str, ...]
     _passing: dict[tuple[object, ...], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _passing_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    @property
+    def size(self) -> int:
+        return int(self.rows.shape[0])
+
+    @property
+    def dead(self) -> int:
+        return int((self.rows["status"] == DEAD).sum())
+
+    def similarity(self, query_vector: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+        """The dot product of each row (or of the rows at sorted `positions`) with the query, on this
+        thread. (A BLAS product would start its own threads; beside the query embedding and other
+        processes on a small machine, that made the median product four times slower.)"""
+        import numpy as np
+
+        parts, start = [], 0
+        for segment in self.segments:
+            end = start + segment.shape[0]
+            if positions is None:
+                parts.append(np.einsum("ij,j->i", segment, query_vector))
+            else:
+                lo, hi = np.searchsorted(positions, (start, end))
+                parts.append(np.einsum("ij,j->i", segment[positions[lo:hi] - start], query_vector))
+            start = end
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def vectors(self, positions: np.ndarray) -> np.ndarray:
+        """Copies of the vectors of the rows at sorted `positions`."""
+        import numpy as np
+
+        parts, start = [], 0
+        for segment in self.segments:
+            end = start + segment.shape[0]
+            lo, hi = np.searchsorted(positions, (start, end))
+            parts.append(segment[positions[lo:hi] - start])
+            start = end
+        return np.concatenate(parts)
 
     def rows_passing(self, statuses: Sequence[str], scopes: Sequence[str], access: Sequence[str] | None,
                      kinds: Sequence[str] | None) -> np.ndarray:  # fmt: skip
@@ -56,7 +134,7 @@ class Matrix:
             found = self._passing.get(key)
         if found is None:
             keep = np.isin(self.rows["status"], _codes(STATUSES, statuses))
-            keep &= np.isin(self.rows["scope"], _codes(self.scopes, scopes))
+            keep &= np.isin(self.rows["scope"], _codes(self.layout.scopes, scopes))
             if access is not None:
                 keep &= np.isin(self.rows["access"], _codes(ACCESS_CLASSES, access))
             if kinds is not None:
@@ -90,13 +168,6 @@ def code_tables(scopes: Sequence[str]) -> CodeTables:
     return CodeTables(table(scopes), table(STATUSES), table(ACCESS_CLASSES), table(KINDS))
 
 
-def file_names(index_path: Path, token: str) -> tuple[Path, Path]:
-    return (
-        index_path.with_name(f"{index_path.name}.vectors-{token}.npy"),
-        index_path.with_name(f"{index_path.name}.rows-{token}.npy"),
-    )
-
-
 def all_matrix_files(index_path: Path) -> list[Path]:
     """Every matrix file of this projection name, current or not."""
     directory = index_path.parent
@@ -110,10 +181,12 @@ def all_matrix_files(index_path: Path) -> list[Path]:
     )
 
 
-def write(index_path: Path, token: str, vectors: np.ndarray, rows: np.ndarray) -> None:
-    """Write both files for `token` (temp file, fsync, rename); existing files are replaced."""
-    for path, array in zip(file_names(index_path, token), (vectors, rows), strict=True):
-        _save_atomic(path, array)
+def write(index_path: Path, layout: Layout, rows: np.ndarray, vectors: np.ndarray | None) -> None:
+    """Write the rows file of `layout` and, given `vectors`, its last segment (temp file, fsync,
+    rename); the earlier segments must exist already."""
+    if vectors is not None:
+        _save_atomic(segment_path(index_path, layout.segments[-1]), vectors)
+    _save_atomic(layout.rows_path(index_path), rows)
     fsync_directory(index_path.parent)
 
 
@@ -132,9 +205,9 @@ def _save_atomic(path: Path, array: np.ndarray) -> None:
         raise
 
 
-def remove_except(index_path: Path, token: str | None) -> None:
-    """Delete matrix files of this projection other than those of `token`."""
-    keep = set(file_names(index_path, token)) if token else set()
+def remove_except(index_path: Path, layout: Layout | None) -> None:
+    """Delete matrix files of this projection that `layout` does not use."""
+    keep = set(layout.paths(index_path)) if layout else set()
     for path in all_matrix_files(index_path):
         if path not in keep:
             path.unlink(missing_ok=True)
@@ -144,26 +217,31 @@ _cache: OrderedDict[Path, Matrix] = OrderedDict()  # matrix files are immutable:
 _cache_lock = threading.Lock()
 
 
-def load(index_path: Path, token: str, scopes: Sequence[str]) -> Matrix | None:
-    """Map the files of `token`; None when they are missing or unreadable (a writer replaced them)."""
+def load(index_path: Path, layout: Layout) -> Matrix | None:
+    """Map the files of `layout`; None when they are missing or unreadable (a writer replaced them)."""
     import numpy as np
 
-    vectors_path, rows_path = file_names(index_path, token)
+    rows_path = layout.rows_path(index_path)
     with _cache_lock:
-        cached = _cache.get(vectors_path)
-        if cached is not None:
-            _cache.move_to_end(vectors_path)
+        cached = _cache.get(rows_path)
+        if cached is not None and cached.layout == layout:
+            _cache.move_to_end(rows_path)
             return cached
     try:
-        vectors = np.load(vectors_path, mmap_mode="r", allow_pickle=False)
         rows = np.load(rows_path, mmap_mode="r", allow_pickle=False)
+        segments = tuple(np.load(path, mmap_mode="r", allow_pickle=False) for path in layout.segment_paths(index_path))
     except (OSError, ValueError):
         return None
-    if vectors.ndim != 2 or rows.shape != (vectors.shape[0],) or rows.dtype != np.dtype(ROW_DTYPE):
+    if (
+        not segments
+        or any(segment.ndim != 2 or segment.shape[1] != segments[0].shape[1] for segment in segments)
+        or rows.dtype != np.dtype(ROW_DTYPE)
+        or rows.shape != (sum(segment.shape[0] for segment in segments),)
+    ):
         return None
-    matrix = Matrix(vectors, rows, tuple(scopes))
+    matrix = Matrix(layout, segments, rows)
     with _cache_lock:
-        _cache[vectors_path] = matrix
+        _cache[rows_path] = matrix
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return matrix

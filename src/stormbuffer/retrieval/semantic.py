@@ -6,7 +6,6 @@ Vectors are unit length, so the dot product is the cosine. Hits report the Eucli
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,8 +31,7 @@ def current_matrix(snapshot: Snapshot, embedder: Embedder) -> vectors.Matrix | N
         return None
     if settings.get(pj.VECTOR_GENERATION) != settings.get(pj.GENERATION) or pj.VECTOR_FILES not in settings:
         return None
-    files = json.loads(settings[pj.VECTOR_FILES])
-    return vectors.load(snapshot.index_path, files["token"], files["scopes"])
+    return vectors.load(snapshot.index_path, vectors.Layout.parse(settings[pj.VECTOR_FILES]))
 
 
 @dataclass(frozen=True)
@@ -52,13 +50,13 @@ def nearest_rows(matrix: vectors.Matrix, query_vector: np.ndarray, options: Sear
     keep = matrix.rows_passing(options.statuses, options.scopes, options.access, options.kinds)
     if keep.size == 0 or records < 1:
         return Nearest([], [])
-    every_row = keep.size == matrix.vectors.shape[0]
+    every_row = keep.size == matrix.size
     if every_row:
-        similarity, record_numbers = _dot(matrix.vectors, query_vector), matrix.rows["record"]
-    elif keep.size < _SUBSET_SHARE * matrix.vectors.shape[0]:
-        similarity, record_numbers = _dot(matrix.vectors[keep], query_vector), matrix.rows["record"][keep]
+        similarity, record_numbers = matrix.similarity(query_vector), matrix.rows["record"]
+    elif keep.size < _SUBSET_SHARE * matrix.size:
+        similarity, record_numbers = matrix.similarity(query_vector, keep), matrix.rows["record"][keep]
     else:
-        similarity, record_numbers = _dot(matrix.vectors, query_vector)[keep], matrix.rows["record"][keep]
+        similarity, record_numbers = matrix.similarity(query_vector)[keep], matrix.rows["record"][keep]
     rows = _best_rows(similarity, record_numbers, records)
     chosen = rows if every_row else keep[rows]
     return Nearest(np.asarray(matrix.rows["chunk"][chosen]).tolist(), similarity[rows].tolist())
@@ -79,16 +77,6 @@ def vector_hits(snapshot: Snapshot, nearest: Nearest, options: SearchOptions) ->
         chunk.hit.match_reasons = [f"vector:distance={distance:.6f}"]
         hits.append(chunk.hit)
     return hits
-
-
-def _dot(vectors: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
-    """Each row's dot product with the query, on this thread. (A BLAS product would start its own
-    threads; beside the query embedding and other processes on a small machine, that made the
-    median product four times slower.)"""
-    import numpy as np
-
-    similarity: np.ndarray = np.einsum("ij,j->i", vectors, query_vector)
-    return similarity
 
 
 def _best_rows(similarity: np.ndarray, record_numbers: np.ndarray, records: int) -> np.ndarray:
