@@ -18,7 +18,7 @@ from stormbuffer.core.stores import StorePaths, View
 from stormbuffer.embedding import Embedder
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import chunk_body
-from stormbuffer.index.sync import reindex_store, scan_files, sync_store
+from stormbuffer.index.sync import refresh_vectors, reindex_store, scan_files, sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.helpers import lock_held_elsewhere
 from tests.matrices import assert_matrix_matches_projection
@@ -325,3 +325,29 @@ def test_a_new_copy_earlier_in_path_order_takes_the_id_from_an_indexed_file(stor
     (store.records / "a.md").unlink()
     assert sync_store(store).invalid_files == [("z.md", "duplicate record id; first seen at m.md")]
     assert titles(store, "pelican") == ["Original"]
+
+
+def test_refreshing_vectors_after_a_sync_without_the_model_embeds_only_the_new_chunks(
+    store: StorePaths, embedder: Embedder
+) -> None:
+    write_record(store, "Seed", "Seed record about greenhouse irrigation schedules.")
+    sync_store(store, embedder)
+    write_record(store, "Added", "A new body about harbour pilots.")
+    lexical = sync_store(store)
+    assert (lexical.indexed, lexical.embedded) == (1, 0)
+    write_record(store, "Later", "Written after that sync, so not looked at by the refresh.")
+    refreshed = refresh_vectors(store, embedder)
+    assert (refreshed.indexed, refreshed.hashed, refreshed.embedded, refreshed.rebuilt) == (0, 0, 1, False)
+    assert_matrix_matches_projection(store)
+    assert sync_store(store, embedder).embedded == 1  # the next sync finds the later file
+
+
+def test_refreshing_vectors_of_a_projection_deleted_since_the_sync_builds_it_again(
+    store: StorePaths, embedder: Embedder
+) -> None:
+    write_record(store, "Only", "The only record, about kiln temperatures.")
+    sync_store(store)
+    store.index_path.unlink()
+    report = refresh_vectors(store, embedder)
+    assert (report.indexed, report.embedded, report.rebuilt) == (1, 1, True)
+    assert_matrix_matches_projection(store)

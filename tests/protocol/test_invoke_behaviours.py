@@ -222,6 +222,18 @@ def test_hybrid_search_and_context_with_the_real_model(model_store: Store) -> No
     assert result["blocks"][0]["record_id"] == BACKUP_ID
 
 
+def test_a_record_written_between_calls_is_found_by_its_vector_in_the_next_call(model_store: Store) -> None:
+    model_store.invoke("search", {"version": 1, "query": "restore backup archive"})  # projection and vectors current
+    new_id = "0194d2a0-5c3e-7b41-9f2a-6c8d1e4b7a99"
+    (model_store.records / f"{new_id}.md").write_text(
+        record_markdown(new_id, PROJECT_SCOPE, title="Kettle descaling", access="agent",
+                        body="Boil vinegar and water in the kettle to dissolve limescale.\n"), encoding="utf-8",
+    )  # fmt: skip
+    hits = model_store.invoke("search", {"version": 1, "query": "removing mineral deposits from an appliance"})
+    first = hits["result"][0]
+    assert first["record_id"] == new_id and any(r.startswith("vector:distance=") for r in first["match_reasons"])
+
+
 class FailingEmbedder:
     """An embedder whose model fails on every input (a unit-test stand-in for a broken runtime)."""
 

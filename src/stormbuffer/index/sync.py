@@ -171,6 +171,23 @@ def sync_store(paths: StorePaths, embedder: Embedder | None = None, *, progress:
             engine.dispose()
 
 
+def refresh_vectors(paths: StorePaths, embedder: Embedder) -> SyncReport:
+    """Bring the vectors up to date with the projection as the last sync left it, without checking the
+    record files again: for a process that has just synced without the model. A projection that is
+    missing or unusable by now gets a full sync."""
+    with projection_lock(paths):
+        engine, rebuilt = _open_for_writing(paths.index_path)
+        try:
+            sync = _Sync(engine, paths, record_scope(paths), embedder, None)
+            if not rebuilt:
+                return sync.refresh()
+            report = sync.run(scan_files(paths))
+            report.rebuilt = True
+            return report
+        finally:
+            engine.dispose()
+
+
 def reindex_store(
     paths: StorePaths, embedder: Embedder | None = None, *, progress: Progress | None = None
 ) -> SyncReport:
@@ -384,6 +401,10 @@ class _Sync:
                 self._apply(conn, self._plan(conn, files), started)
             fingerprint = files_fingerprint(files) if _stored_stats(raw) == files else None
             pj.set_settings(raw, {pj.FILES: fingerprint or ""})
+        return self.refresh()
+
+    def refresh(self) -> SyncReport:
+        """Bring the vectors up to date with the projection, given an embedder."""
         if self.embedder is not None:
             from ..embedding.errors import EmbeddingFailed
 

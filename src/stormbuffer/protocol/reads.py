@@ -38,12 +38,14 @@ def composed_stores(session: Session, scopes: list[str]) -> list[StorePaths]:
     return stores
 
 
-def prepare(session: Session, stores: list[StorePaths], embedder: Embedder | None) -> str | None:
+def prepare(
+    session: Session, stores: list[StorePaths], embedder: Embedder | None, *, vectors_only: bool = False
+) -> str | None:
     """Sync each store (and its vectors, given an embedder) unless the session's freshness registry
-    knows it is current; the semantic fallback reason, if any."""
+    knows it is current; the semantic fallback reason, if any. `vectors_only`: see `prepare_stores`."""
     from stormbuffer.retrieval import prepare_stores
 
-    preparation = prepare_stores(stores, embedder, session.freshness)
+    preparation = prepare_stores(stores, embedder, session.freshness, vectors_only=vectors_only)
     if not preparation.complete:
         raise ProtocolError("invalid_record", RECORDS_INVALID)
     return preparation.fallback
@@ -53,7 +55,8 @@ def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embed
     """The embedder (or None) and the semantic fallback reason, with every store synced, its vectors too.
 
     A one-shot process syncs the records first, while its model may still be opening in another
-    process, and then refreshes only the stores whose vectors are not current for that model.
+    process, and then refreshes only the vectors of the stores whose vectors are not current for that
+    model (their records were checked a moment ago).
     """
     if session.freshness is not None:
         embedder, reason = session.embedder.get()
@@ -64,7 +67,7 @@ def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embed
     embedder, reason = session.embedder.get()
     stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
     if stale:
-        synced = prepare(session, stale, embedder) or synced
+        synced = prepare(session, stale, embedder, vectors_only=True) or synced
     return embedder, synced or reason
 
 

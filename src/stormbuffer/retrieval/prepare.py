@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
-from ..index.sync import sync_store
+from ..index.sync import refresh_vectors, sync_store
 
 if TYPE_CHECKING:
     from ..index.freshness import FreshnessRegistry
@@ -27,10 +27,15 @@ class Preparation:
 
 
 def prepare_stores(
-    stores: list[StorePaths], embedder: Embedder | None, freshness: FreshnessRegistry | None = None
+    stores: list[StorePaths],
+    embedder: Embedder | None,
+    freshness: FreshnessRegistry | None = None,
+    *,
+    vectors_only: bool = False,
 ) -> Preparation:
     """Sync every store (and its vectors, given an embedder); with `freshness` (a long-running
-    process), only the stores that may have changed since their last sync.
+    process), only the stores that may have changed since their last sync; with `vectors_only` (this
+    process has just synced the records without the model), only the vectors.
 
     A store whose projection another writer holds is read as it is: its fallback reason becomes
     `vector_projection_busy` (reported only if its vectors turn out to be stale). A failed vector
@@ -39,7 +44,12 @@ def prepare_stores(
     prepared = Preparation()
     for paths in stores:
         try:
-            report = sync_store(paths, embedder) if freshness is None else freshness.sync(paths, embedder)
+            if freshness is not None:
+                report = freshness.sync(paths, embedder)
+            elif vectors_only and embedder is not None:
+                report = refresh_vectors(paths, embedder)
+            else:
+                report = sync_store(paths, embedder)
         except IndexBusy:
             prepared.fallback = "vector_projection_busy"
             continue
