@@ -298,15 +298,10 @@ def vectors_current(paths: StorePaths, embedder: Embedder) -> bool:
 
 
 def current_layout(settings: dict[str, str], index_path: Path) -> vector_files.Layout | None:
-    """The layout of the vector matrix files when they describe the projection's current generation.
-
-    Every change to chunks bumps the generation, and the matrix is written only after every
-    chunk has a vector, so a current matrix also means no vector is missing.
-    """
-    if settings.get(pj.VECTOR_GENERATION) != settings[pj.GENERATION] or pj.VECTOR_FILES not in settings:
-        return None
-    layout = vector_files.Layout.parse(settings[pj.VECTOR_FILES])
-    return layout if all(path.is_file() for path in layout.paths(index_path)) else None
+    """The layout of the vector matrix files when they describe the projection's current generation
+    and all exist."""
+    layout = vector_files.Layout.current(settings)
+    return layout if layout is not None and all(path.is_file() for path in layout.paths(index_path)) else None
 
 
 def _open_for_writing(path: Path) -> tuple[Engine, bool]:
@@ -698,8 +693,7 @@ class _Sync:
         matrix = np.empty((rows.size, dimension), dtype=np.float32)
         known = np.zeros(rows.size, dtype=bool)
         if previous is not None:
-            position = np.minimum(np.searchsorted(previous.rows["chunk"], rows["chunk"]), previous.size - 1)
-            known = previous.rows["chunk"][position] == rows["chunk"]
+            position, known = _rows_of(previous, rows["chunk"])
             matrix[known] = previous.vectors(position[known])
         if previous is not None and len(blobs) != int((~known).sum()):  # it does not fit: build from SQLite alone
             return self._write_matrix(conn, dimension, token, None)
@@ -736,6 +730,14 @@ def _matrix_rows(cursor: sqlite3.Cursor) -> tuple[np.ndarray, list[str]]:
     return rows, scopes
 
 
+def _rows_of(matrix: vector_files.Matrix, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of the sorted `chunks`, its row in `matrix` (meaningful only where found) and whether found."""
+    import numpy as np
+
+    position = np.minimum(np.searchsorted(matrix.rows["chunk"], chunks), matrix.size - 1)
+    return position, matrix.rows["chunk"][position] == chunks
+
+
 def _appended_rows(previous: vector_files.Matrix, rows: np.ndarray, newer: int) -> np.ndarray | None:
     """The rows file for the previous matrix's segments plus one segment of the `newer` chunks after
     its last one; None when the previous matrix does not fit or the result should be laid out afresh.
@@ -745,12 +747,8 @@ def _appended_rows(previous: vector_files.Matrix, rows: np.ndarray, newer: int) 
     import numpy as np
 
     kept = rows.size - newer  # rows are in chunk order, so the newer chunks come last
-    if kept < 0:
-        return None
-    position = np.minimum(np.searchsorted(previous.rows["chunk"], rows["chunk"][:kept]), previous.size - 1)
-    if not np.array_equal(previous.rows["chunk"][position], rows["chunk"][:kept]):
-        return None
-    if np.any(previous.rows["status"][position] == vector_files.DEAD):
+    position, found = _rows_of(previous, rows["chunk"][:kept])
+    if not found.all() or np.any(previous.rows["status"][position] == vector_files.DEAD):
         return None
     total = previous.size + newer
     segments = len(previous.layout.segments) + (1 if newer else 0)

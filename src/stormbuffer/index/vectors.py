@@ -25,13 +25,14 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.atomic import fsync_directory
 from ..core.records import ACCESS_CLASSES, KINDS, STATUSES
+from . import projection as pj
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +52,17 @@ class Layout:
     token: str
     scopes: tuple[str, ...]  # `scopes[code]` names a row's scope code
     segments: tuple[str, ...]
+
+    @classmethod
+    def current(cls, settings: Mapping[str, str]) -> Layout | None:
+        """The layout the projection's settings name when it describes their current generation.
+
+        Every change to chunks bumps the generation, and the matrix is written only after every
+        chunk has a vector, so a current matrix also means no vector is missing.
+        """
+        if settings.get(pj.VECTOR_GENERATION) != settings.get(pj.GENERATION) or pj.VECTOR_FILES not in settings:
+            return None
+        return cls.parse(settings[pj.VECTOR_FILES])
 
     @classmethod
     def parse(cls, value: str) -> Layout:
@@ -99,28 +111,28 @@ class Matrix:
         processes on a small machine, that made the median product four times slower.)"""
         import numpy as np
 
-        parts, start = [], 0
-        for segment in self.segments:
-            end = start + segment.shape[0]
-            if positions is None:
-                parts.append(np.einsum("ij,j->i", segment, query_vector))
-            else:
-                lo, hi = np.searchsorted(positions, (start, end))
-                parts.append(np.einsum("ij,j->i", segment[positions[lo:hi] - start], query_vector))
-            start = end
+        parts = [np.einsum("ij,j->i", part, query_vector) for part in self._parts(positions)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def vectors(self, positions: np.ndarray) -> np.ndarray:
         """Copies of the vectors of the rows at sorted `positions`."""
         import numpy as np
 
-        parts, start = [], 0
+        return np.concatenate(list(self._parts(positions)))
+
+    def _parts(self, positions: np.ndarray | None) -> Iterator[np.ndarray]:
+        """Each segment, or its rows among the sorted `positions` (counted over all segments)."""
+        import numpy as np
+
+        start = 0
         for segment in self.segments:
             end = start + segment.shape[0]
-            lo, hi = np.searchsorted(positions, (start, end))
-            parts.append(segment[positions[lo:hi] - start])
+            if positions is None:
+                yield segment
+            else:
+                lo, hi = np.searchsorted(positions, (start, end))
+                yield segment[positions[lo:hi] - start]
             start = end
-        return np.concatenate(parts)
 
     def rows_passing(self, statuses: Sequence[str], scopes: Sequence[str], access: Sequence[str] | None,
                      kinds: Sequence[str] | None) -> np.ndarray:  # fmt: skip

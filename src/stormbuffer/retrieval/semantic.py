@@ -29,9 +29,8 @@ def current_matrix(snapshot: Snapshot, embedder: Embedder) -> vectors.Matrix | N
     settings = snapshot.settings
     if settings.get(pj.VECTOR_MODEL) != pj.model_identity(embedder):
         return None
-    if settings.get(pj.VECTOR_GENERATION) != settings.get(pj.GENERATION) or pj.VECTOR_FILES not in settings:
-        return None
-    return vectors.load(snapshot.index_path, vectors.Layout.parse(settings[pj.VECTOR_FILES]))
+    layout = vectors.Layout.current(settings)
+    return None if layout is None else vectors.load(snapshot.index_path, layout)
 
 
 @dataclass(frozen=True)
