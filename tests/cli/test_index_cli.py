@@ -12,7 +12,7 @@ from tests.helpers import ESC, SBUF, Sandbox, lock_held_elsewhere, record_markdo
 ID_A = "01890a5d-ac96-774b-bcce-b302099a8001"
 ID_B = "01890a5d-ac96-774b-bcce-b302099a8002"
 ID_C = "01890a5d-ac96-774b-bcce-b302099a8003"
-REFERENCE_STORE = Path("/work/shared/spec/fixtures/reference-store")
+REFERENCE_STORE = Path(__file__).resolve().parents[1] / "fixtures" / "reference-store"
 REFERENCE_RECORD = "019fd5d7-6e0c-7d93-b9fe-54b02f7f11e9"
 
 

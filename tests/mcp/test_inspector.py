@@ -1,28 +1,25 @@
 """A third-party client: the MCP Inspector CLI lists the tools and calls memory_recall and memory_get.
 
-The Inspector and the Node.js it needs are installed into `.tools/` by `scripts/install_inspector.sh`
-(which `.ci/run` calls).
+The Inspector and the Node.js it needs are pinned in `tests/tools/package.json` and installed on first
+use (`tests/tools.py`).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 from typing import Any
 
+from ..tools import tool_command
 from .conftest import ACTIVE_ID, STORMBUFFER_MCP, TIMEOUT, Store
 
-ROOT = Path(__file__).resolve().parents[2]
-INSPECTOR = ROOT / ".tools" / "bin" / "mcp-inspector"
 
 
 def inspect(store: Store, *args: str) -> dict[str, Any]:
     """Run one Inspector CLI method against `stormbuffer-mcp --stdio --project`; its JSON result."""
-    assert INSPECTOR.is_file(), f"{INSPECTOR} is missing: run `bash scripts/install_inspector.sh` first"
     env = store.box.env
     server_env = [f"{name}={env[name]}" for name in ("HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")]
-    command = [str(INSPECTOR), "--cli", "--format", "json", "--quiet", "--cwd", str(store.box.cwd)]
+    command = [*tool_command("mcp-inspector"), "--cli", "--format", "json", "--quiet", "--cwd", str(store.box.cwd)]
     for assignment in server_env:
         command += ["-e", assignment]
     command += [*args, "--", str(STORMBUFFER_MCP), "--stdio", "--project"]

@@ -14,7 +14,6 @@ from stormbuffer.core.records import ACCESS_CLASSES, KINDS, SOURCE_KINDS, STATUS
 from stormbuffer.core.timestamps import Timestamp
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "records"
-SPEC_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "spec" / "fixtures"
 VALID = sorted((FIXTURES / "valid").glob("*.md"))
 MALFORMED = sorted((FIXTURES / "malformed").glob("*.md"))
 
@@ -89,7 +88,7 @@ def test_non_utf8_record_is_rejected() -> None:
 
 
 def test_reference_store_records_parse() -> None:
-    records = sorted((SPEC_FIXTURES / "reference-store" / ".sbuf" / "records").glob("*.md"))
+    records = sorted((FIXTURES.parent / "reference-store" / ".sbuf" / "records").glob("*.md"))
     assert len(records) == 12
     for path in records:
         assert parse_markdown(path.read_bytes(), path.name).id == path.stem
