@@ -14,7 +14,6 @@ from ..tools import tool_command
 from .conftest import ACTIVE_ID, STORMBUFFER_MCP, TIMEOUT, Store
 
 
-
 def inspect(store: Store, *args: str) -> dict[str, Any]:
     """Run one Inspector CLI method against `stormbuffer-mcp --stdio --project`; its JSON result."""
     env = store.box.env
