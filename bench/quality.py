@@ -43,6 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from embedding_cache import CachingEmbedder  # noqa: E402
+from shared_data import DEFAULT as DEFAULT_DATA  # noqa: E402
+from shared_data import require as require_data  # noqa: E402
 
 from stormbuffer.core.codec import render_markdown
 from stormbuffer.core.records import Record, Source
@@ -57,17 +59,6 @@ RESULTS = Path(__file__).parent / "results" / "quality.json"
 MODES = ("lexical", "semantic", "hybrid")
 CREATED = Timestamp.parse("2024-01-01T00:00:00Z")
 NAMESPACE = uuid.UUID("6c1e5a4e-8f7b-4c1d-9a51-3f2b0c9d7e11")
-
-
-def verify_checksums(data: Path) -> None:
-    """Stop unless every file listed in SHA256SUMS has the pinned sha256."""
-    for line in (data / "SHA256SUMS").read_text().splitlines():
-        if not line.strip():
-            continue
-        expected, name = line.split(maxsplit=1)
-        digest = hashlib.sha256((data / name).read_bytes()).hexdigest()
-        if digest != expected:
-            raise SystemExit(f"checksum mismatch for {name}")
 
 
 @contextmanager
@@ -235,12 +226,12 @@ def table(results: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--work", type=Path, help="directory for stores and the embedding cache")
     parser.add_argument("--only", choices=("longmemeval", "scifact"))
     parser.add_argument("--questions", type=int, help="use only the first N answerable LongMemEval questions")
     args = parser.parse_args()
-    verify_checksums(args.data)
+    require_data(args.data)
     work = args.work or Path(tempfile.mkdtemp(prefix="stormbuffer-quality-"))
     cache_dir = work / "model-cache"
     acquire_model(cache_dir)
