@@ -153,7 +153,7 @@ def test_a_call_cancelled_before_it_starts_never_runs(store: Store) -> None:
     assert sorted(path.stem for path in (store.box.project_root / "records").iterdir()) == sorted(SEEDED_PROJECT)
 
 
-def test_malformed_lines_are_skipped_and_the_next_request_is_answered(store: Store) -> None:
+def test_malformed_lines_are_answered_and_the_next_request_is_answered(store: Store) -> None:
     server = RawServer(store.box, "--stdio", "--project")
     assert "result" in server.initialize()
     server.send(
@@ -165,6 +165,14 @@ def test_malformed_lines_are_skipped_and_the_next_request_is_answered(store: Sto
         "",
         request(7, "tools/list"),
     )
+    errors = [server.receive() for _ in range(5)]
+    assert [(error["id"], error["error"]["code"]) for error in errors] == [
+        (None, -32700),
+        (5, -32700),
+        (None, -32600),
+        (None, -32600),
+        (6, -32600),
+    ]
     answer = server.receive()
     assert answer["id"] == 7
     assert len(answer["result"]["tools"]) == 5

@@ -116,7 +116,7 @@ def test_unknown_keys_are_invalid_and_the_alphabetically_first_wins(store: Store
         ("search", {"query": "x" * 2049}, "query is too long"),
         ("search", {"query": "é" * 1100}, "query is too long"),
         ("search", {"query": "x", "limit": "5"}, "field `limit` must be an integer"),
-        ("search", {"query": "x", "limit": -1}, "field `limit` must be an integer"),
+        ("search", {"query": "x", "limit": -1}, "field `limit` must not be negative"),
         ("search", {"query": "x", "limit": 2.5}, "field `limit` must be an integer"),
         ("search", {"query": 5, "limit": "x"}, "field `query` must be a bounded string"),
         ("context", {"query": "x", "budget": None}, "field `budget` must be an integer"),

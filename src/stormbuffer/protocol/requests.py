@@ -212,6 +212,8 @@ def _top_message(key: str, keyword: str, value: object, item: bool) -> ProtocolE
             return invalid_request("query is too long")
         return _bounded("query")
     if key in ("limit", "budget"):
+        if keyword == "minimum":
+            return invalid_request(f"field `{key}` must not be negative")
         return invalid_request(f"field `{key}` must be an integer")
     if key == "scope":
         return invalid_request("scope must be a string")
