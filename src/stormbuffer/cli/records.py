@@ -202,15 +202,34 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
 # ---- writing records ----------------------------------------------------------------------------
 
 
-@command("add", help="Add a human-authored memory.", epilog=NO_EDITOR_DRAFT)
+ACCESS_AUDIENCE = {
+    "human": "people only: coding agents cannot recall it (add it with --access agent to share it)",
+    "agent": "people and coding agents (MCP recall, `sbuf invoke`)",
+}
+
+
+@command(
+    "add",
+    help="Add a human-authored memory. By default only people see it (access human); "
+    "--access agent lets coding agents recall it too. Prints the new id; stderr says who can see it.",
+    epilog=NO_EDITOR_DRAFT,
+)
 @_draft_options
-def add(title: str | None, kind: str | None, body: str | None) -> None:
+@click.option(
+    "--access",
+    type=click.Choice(["human", "agent"]),
+    default="human",
+    show_default=True,
+    help="Who can read the memory: human (people only) or agent (people and coding agents).",
+)
+def add(title: str | None, kind: str | None, body: str | None, access: str) -> None:
     repository = _repository("could not add record")
-    draft = _new_draft(repository.scope, title, kind, body, "active", "human", HUMAN_SOURCE)
+    draft = _new_draft(repository.scope, title, kind, body, "active", access, HUMAN_SOURCE)
     with failing("could not add record"):
         record = review_draft(draft, current().env, complete=body is not None)
         repository.add(record)
     click.echo(record.id)
+    click.echo(f"Visible to {ACCESS_AUDIENCE[record.access]}", err=True)
 
 
 @command("propose", help="Propose an agent memory candidate for review.", epilog=NO_EDITOR_DRAFT)
