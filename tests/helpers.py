@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
@@ -216,3 +218,34 @@ def lock_held_elsewhere(lock: Path) -> Iterator[None]:
         yield
     finally:
         holder.communicate("\n")
+
+
+def run_at_terminal(
+    box: Sandbox,
+    args: list[str],
+    prompt: bytes | None = None,
+    answer: str = "",
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, str]:
+    """Run `sbuf` with a pseudo-terminal as stdin, stdout and stderr; answer `prompt` when it appears."""
+    master, slave = pty.openpty()
+    environ = dict(box.env_with(NO_COLOR="1") if env is None else env)
+    process = subprocess.Popen([str(SBUF), *args], cwd=box.cwd, env=environ, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    output = b""
+    answered = prompt is None
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        assert ready, f"no output from sbuf: {output!r}"
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal closes when the process exits
+            break
+        if not chunk:
+            break
+        output += chunk
+        if not answered and prompt is not None and prompt in output:
+            os.write(master, answer.encode())
+            answered = True
+    os.close(master)
+    return process.wait(), output.decode(errors="replace")

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import subprocess
 from pathlib import Path
 
@@ -15,7 +12,7 @@ from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.locks import exclusive_lock
 from stormbuffer.core.repository import record_files
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, resolve_store
-from tests.helpers import SBUF, Sandbox, link_tree, record_markdown, tree_digest
+from tests.helpers import Sandbox, link_tree, record_markdown, run_at_terminal, tree_digest
 
 FIRST = "01890a5d-ac96-774b-bcce-b30209900001"
 SECOND = "01890a5d-ac96-774b-bcce-b30209900002"
@@ -422,31 +419,6 @@ def test_secrets_are_imported_but_reported_by_id_and_field_only(box: Sandbox) ->
 
 
 # ---- progress ------------------------------------------------------------------------------------------------
-
-
-def run_at_terminal(box: Sandbox, args: list[str], prompt: bytes | None = None, answer: str = "") -> tuple[int, str]:
-    """Run `sbuf` with a pseudo-terminal as stdin, stdout and stderr; answer `prompt` when it appears."""
-    master, slave = pty.openpty()
-    env = box.env_with(NO_COLOR="1")
-    process = subprocess.Popen([str(SBUF), *args], cwd=box.cwd, env=env, stdin=slave, stdout=slave, stderr=slave)
-    os.close(slave)
-    output = b""
-    answered = prompt is None
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        assert ready, f"no output from sbuf: {output!r}"
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the terminal closes when the process exits
-            break
-        if not chunk:
-            break
-        output += chunk
-        if not answered and prompt is not None and prompt in output:
-            os.write(master, answer.encode())
-            answered = True
-    os.close(master)
-    return process.wait(), output.decode(errors="replace")
 
 
 def test_large_imports_and_exports_show_progress_only_at_a_terminal(box: Sandbox, other: Sandbox) -> None:

@@ -1,8 +1,9 @@
 """The editor round trip shared by `add`, `propose`, `edit` and `supersede`.
 
 The record is written to a new private temp file, `$VISUAL` (else `$EDITOR`) runs on it as a single
-program name with the file as its only argument, and the result is parsed as a canonical record.
-The temp file is removed in every case.
+program name with the file as its only argument, the result is parsed as a canonical record and
+saved. The temp file is removed in every case; text the user typed that could not be saved is kept
+as a draft (`drafts_dir`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
+
+import click
 
 from ..core.codec import parse_markdown, render_markdown
 from ..core.errors import RecordError, StormbufferError
@@ -21,6 +26,7 @@ from ..core.records import Record, validate
 
 EDITOR_CONTEXT = "<editor>"
 DRAFT_CONTEXT = "<draft>"
+T = TypeVar("T")
 
 
 class EditorFailed(StormbufferError):
@@ -31,38 +37,87 @@ def configured_editor(env: Mapping[str, str]) -> str | None:
     return env.get("VISUAL") or env.get("EDITOR") or None
 
 
-def edit_text(data: bytes, env: Mapping[str, str]) -> Record:
-    """Let the user edit canonical Markdown and return the record it now holds."""
+def edit_text(data: bytes, env: Mapping[str, str], save: Callable[[Record], T]) -> T:
+    """Let the user edit canonical Markdown, then `save` the record it holds and return what it returns.
+
+    Typed text is never thrown away: when it is not a valid record, or `save` fails, it is kept as a
+    draft file (its path printed on stderr) before the error is raised. On a terminal, invalid text
+    can be reopened in the editor instead.
+    """
     editor = configured_editor(env)
     if editor is None:
         raise EditorFailed("set $VISUAL or $EDITOR to edit records")
     path = _write_temp(data)
     try:
-        try:
-            completed = subprocess.run([editor, str(path)], env=dict(env), check=False)
-        except OSError as exc:
-            raise EditorFailed(f"could not start the record editor: {exc.strerror or type(exc).__name__}") from None
-        if completed.returncode != 0:
-            raise EditorFailed(f"record editor exited unsuccessfully: {_describe_exit(completed.returncode)}")
-        edited = path.read_bytes()
+        while True:
+            edited = _run_editor(editor, path, env, data)
+            try:
+                record = parse_markdown(edited, EDITOR_CONTEXT)
+            except RecordError as exc:
+                problem = f"editor output is not a valid record: {exc.detail}"
+                if _reopen(problem):
+                    continue
+                _keep(edited, env)
+                raise EditorFailed(problem) from None
+            try:
+                return save(record)
+            except (StormbufferError, OSError):
+                _keep(edited, env)
+                raise
     finally:
         path.unlink(missing_ok=True)
-    try:
-        return parse_markdown(edited, EDITOR_CONTEXT)
-    except RecordError as exc:
-        raise EditorFailed(f"editor output is not a valid record: {exc}") from None
 
 
-def review_draft(draft: Record, env: Mapping[str, str], *, complete: bool) -> Record:
-    """Open a new record's draft in the editor.
+def review_draft(draft: Record, env: Mapping[str, str], save: Callable[[Record], T], *, complete: bool) -> T:
+    """Open a new record's draft in the editor, then `save` it (see `edit_text`).
 
-    A draft whose options already gave it its content (`complete`) is used as it is when no editor is
+    A draft whose options already gave it its content (`complete`) is saved as it is when no editor is
     configured, so that scripts can write records without one.
     """
     if complete and configured_editor(env) is None:
         validate(draft, DRAFT_CONTEXT)
-        return draft
-    return edit_text(render_markdown(draft, DRAFT_CONTEXT).encode(), env)
+        return save(draft)
+    return edit_text(render_markdown(draft, DRAFT_CONTEXT).encode(), env, save)
+
+
+def drafts_dir(env: Mapping[str, str]) -> Path:
+    """Where kept drafts go: `$XDG_STATE_HOME/stormbuffer/drafts` (default `~/.local/state/...`)."""
+    state = env.get("XDG_STATE_HOME") or (str(Path(env["HOME"], ".local", "state")) if env.get("HOME") else None)
+    return Path(state or tempfile.gettempdir(), "stormbuffer", "drafts")
+
+
+def _run_editor(editor: str, path: Path, env: Mapping[str, str], original: bytes) -> bytes:
+    """Run the editor on `path`; the text it left. A failed editor keeps any text it changed."""
+    try:
+        completed = subprocess.run([editor, str(path)], env=dict(env), check=False)
+    except OSError as exc:
+        raise EditorFailed(f"could not start the record editor: {exc.strerror or type(exc).__name__}") from None
+    edited = path.read_bytes()
+    if completed.returncode != 0:
+        if edited != original:
+            _keep(edited, env)
+        raise EditorFailed(f"record editor exited unsuccessfully: {_describe_exit(completed.returncode)}")
+    return edited
+
+
+def _reopen(problem: str) -> bool:
+    """On a terminal, whether the user wants the editor again on the same text after `problem`."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    click.echo(f"{problem}", err=True)
+    return click.confirm("Reopen the editor on the same text?", default=True, err=True)
+
+
+def _keep(data: bytes, env: Mapping[str, str]) -> Path:
+    """Save typed text as a private draft file and say where it is."""
+    directory = drafts_dir(env)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / f"draft-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.md"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    click.echo(f"Your text was kept in {path}", err=True)
+    return path
 
 
 def _write_temp(data: bytes) -> Path:
