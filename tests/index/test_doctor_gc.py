@@ -46,9 +46,9 @@ def test_a_synced_store_is_healthy_and_drift_is_reported(store: StorePaths, embe
     (store.records / "deleted.md").unlink()
     write_record(store, "New", "Not synced yet.", file_name="new.md")
     assert messages(store) == [
-        ("warning", "projection contains deleted record records/deleted.md"),
-        ("warning", "projection is stale for records/edited.md"),
-        ("warning", "canonical record is not indexed: records/new.md"),
+        ("warning", "1 record was deleted but is still in the projection (records/deleted.md)"),
+        ("warning", "1 record changed since it was indexed (records/edited.md)"),
+        ("warning", "1 canonical record is not indexed (records/new.md)"),
     ]
     sync_store(store)
     assert messages(store) == [("warning", "semantic vectors are missing or stale for some records")]
@@ -89,7 +89,7 @@ def test_repair_refuses_while_canonical_records_are_broken(store: StorePaths) ->
     assert issues["canonical record records/b.md duplicates the ID first seen at records/a.md"].startswith("give each")
     assert "canonical record records/c.md is outside the selected store scope" in issues
     assert any(message.startswith("canonical record records/d.md is invalid") for message in issues)
-    assert "repair the Markdown, then run `sbuf sync`" in issues.values()
+    assert "repair the Markdown, then run `sbuf --project sync`" in issues.values()
     assert not store.index_path.exists() and canonical_bytes(store) == before
 
 
@@ -142,14 +142,18 @@ def test_gc_lists_then_removes_disposable_files_only(store: StorePaths, embedder
 
     dry = gc_store(store, dry_run=True)
     labels = [label for label, _ in dry.candidates]
-    assert "index.sqlite3" in labels and "tmp/scratch" in labels and "records/.abandoned.md.1.2.tmp" in labels
-    assert sum(label.endswith(".npy") for label in labels) == 2
+    assert "tmp/scratch" in labels and "records/.abandoned.md.1.2.tmp" in labels
+    assert not any(label.startswith("index.sqlite3") for label in labels)  # the projection is kept
+    assert gc_store(store, dry_run=True, include_index=True).reclaimed_bytes > dry.reclaimed_bytes
     assert not any(label.startswith("cache/models") for label in labels)
     assert "locks/mutation.lock" not in labels and "projection.lock" not in labels
     assert dry.removed == 0 and store.index_path.exists() and dry.reclaimed_bytes > 0
 
     done = gc_store(store, dry_run=False)
-    assert done.removed == len(dry.candidates)
+    assert done.removed == len(dry.candidates) and store.index_path.exists()
+    assert not (store.records / ".abandoned.md.1.2.tmp").exists()
+    whole = gc_store(store, dry_run=False, include_index=True)
+    assert sum(label.endswith(".npy") for label, _ in whole.candidates) == 2
     assert not store.index_path.exists() and not list(store.root.glob("index.sqlite3*"))
     assert canonical_bytes(store) == before and (store.records / f"{record.id}.md").is_file()
     assert any(store.models_dir.rglob("*.onnx"))

@@ -262,7 +262,7 @@ def test_describe_reports_versions_without_creating_anything(tmp_path: Path) -> 
     write_record(paths, "Global", "Global memory body.")
     sync_store(paths)
     described = pj.describe(paths)
-    assert described["index_version"] == pj.PROJECTION_VERSION and described["embedding_version"] is None
+    assert described["index_version"] == pj.PROTOCOL_INDEX_VERSION and described["embedding_version"] is None
     assert described["last_sync"] is not None and described["last_sync"].endswith("Z")
 
 

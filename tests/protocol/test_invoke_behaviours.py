@@ -289,7 +289,10 @@ def test_uninitialized_project_store(tmp_path) -> None:
     box = Sandbox.create(tmp_path)
     before = tree_digest(box.base)
     envelope = invoke("search", {"version": 1, "query": "x"}, cwd=box.cwd, env=box.env)
-    assert envelope["error"] == {"code": "not_initialized", "message": "the selected store is not initialized"}
+    assert envelope["error"] == {
+        "code": "not_initialized",
+        "message": "the selected store is not initialized; run `sbuf init` (or `sbuf --project init`)",
+    }
     assert not box.project_root.exists() and tree_digest(box.base) == before
 
 

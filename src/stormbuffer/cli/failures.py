@@ -7,24 +7,30 @@ from contextlib import contextmanager
 
 import click
 
-from ..core.errors import RepositoryError, StormbufferError
-from .context import fail, report_error
+from ..core.errors import NO_SPACE, NotInitialized, StormbufferError, out_of_space
+from ..core.stores import View
+from .context import current, fail, report_error
 
 
 @contextmanager
 def failing(context: str) -> Iterator[None]:
     """Report a core error or an OS error raised inside the block as `<context>: <reason>`, exit 1.
 
-    OS errors are reported by their reason only, so no host path reaches the message.
+    A full disk is reported as such whatever layer noticed it (a record write, SQLite, a vector
+    file). OS errors are reported by their reason only, so no host path reaches the message.
     """
     try:
         yield
-    except RepositoryError as exc:
-        fail(f"{context}: repository operation failed: {exc}")
-    except StormbufferError as exc:
-        fail(f"{context}: {exc}")
-    except OSError as exc:
-        fail(f"{context}: {exc.strerror or type(exc).__name__}")
+    except Exception as exc:
+        if out_of_space(exc):
+            fail(f"{context}: {NO_SPACE}")
+        if isinstance(exc, NotInitialized):
+            fail(f"{context}: store is not initialized; run `{init_command()}`")
+        if isinstance(exc, StormbufferError):
+            fail(f"{context}: {exc}")
+        if isinstance(exc, OSError):
+            fail(f"{context}: {exc.strerror or type(exc).__name__}")
+        raise
 
 
 def fail_on_invalid_records(invalid_files: list[tuple[str, str]]) -> None:
@@ -33,3 +39,9 @@ def fail_on_invalid_records(invalid_files: list[tuple[str, str]]) -> None:
         for path, reason in invalid_files:
             report_error(f"invalid canonical record {path}: {reason}")
         raise click.exceptions.Exit(1)
+
+
+def init_command() -> str:
+    """The command that initializes the selected store: `sbuf init` or `sbuf --project init`."""
+    view = current().view
+    return "sbuf init" if view is View.GLOBAL else f"sbuf {current().scope_flag} init"

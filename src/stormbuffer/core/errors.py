@@ -7,6 +7,12 @@ to version-1 error codes; the CLI prints the message.
 
 from __future__ import annotations
 
+import errno
+
+NO_SPACE = "no space left on device; free some disk space, then retry"
+_NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SQLITE_FULL = 13  # "database or disk is full"
+
 
 class StormbufferError(Exception):
     """Base class for every expected failure."""
@@ -20,7 +26,8 @@ class RecordError(StormbufferError):
     """A canonical record (a file, an archive entry or an editor buffer) is invalid."""
 
     def __init__(self, context: str, detail: str) -> None:
-        super().__init__(f"invalid record {context}: {detail}")
+        # A record with no better name (the default context) is not named twice: "invalid record: …"
+        super().__init__(f"invalid record: {detail}" if context == "record" else f"invalid record {context}: {detail}")
         self.context = context
         self.detail = detail
 
@@ -31,7 +38,7 @@ class StoreError(StormbufferError):
 
 class NotInitialized(StoreError):
     def __init__(self) -> None:
-        super().__init__("store is not initialized")
+        super().__init__("store is not initialized (run `sbuf init`, or `sbuf --project init` for a project store)")
 
 
 class RepositoryError(StormbufferError):
@@ -77,3 +84,25 @@ class IndexUnavailable(StormbufferError):
 class IndexBusy(StormbufferError):
     def __init__(self) -> None:
         super().__init__("SQLite projection is busy; retry the operation")
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, says the disk (or quota) is full.
+
+    Follows `__cause__`, `__context__` and a database wrapper's `orig`, so a projection error raised
+    from SQLite's "database or disk is full" is recognised wherever it surfaces.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _NO_SPACE_ERRNOS:
+            return True
+        if getattr(current, "sqlite_errorcode", None) == _SQLITE_FULL:
+            return True
+        orig = getattr(current, "orig", None)
+        pending += [current.__cause__, current.__context__, orig if isinstance(orig, BaseException) else None]
+    return False

@@ -68,7 +68,7 @@ def record_files(records_dir: Path) -> list[Path]:
 def must_be(stored: Record, status: str) -> None:
     if stored.status != status:
         article = "a " if status == "candidate" else ""
-        raise InvalidState(f"record {stored.id} must be {article}{status}, not {stored.status}")
+        raise InvalidState(f"record {stored.id} is {stored.status}, not {article}{status}")
 
 
 class Repository:
@@ -335,7 +335,7 @@ class Repository:
             if any(item.record.id == replacement.id for item in existing):
                 raise StoreIntegrityError(f"record {replacement.id} already exists")
             if replacement.status != "active":
-                raise InvalidState(f"record {replacement.id} must be active, not {replacement.status}")
+                raise InvalidState(f"record {replacement.id} must stay active; it cannot be made {replacement.status}")
             new_path = self.paths.records / f"{replacement.id}.md"
             if new_path.exists():
                 raise StoreIntegrityError("record destination already exists")
@@ -372,7 +372,7 @@ class Repository:
                 raise Conflict("record changed while it was being edited")
             must_be(on_disk.record, "active")
             if replacement.status != "active":
-                raise InvalidState(f"record {replacement.id} must be active, not {replacement.status}")
+                raise InvalidState(f"record {replacement.id} must stay active; it cannot be made {replacement.status}")
             write_atomic(current.path, render_markdown(replacement).encode())
         return replacement
 

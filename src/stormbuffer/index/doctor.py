@@ -11,23 +11,39 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.atomic import TEMP_SUFFIX
 from ..core.codec import parse_markdown
-from ..core.errors import IndexUnavailable, NotInitialized, RecordError, StoreError
+from ..core.errors import IndexUnavailable, NotInitialized, RecordError, StoreError, out_of_space
 from ..core.stores import StorePaths, record_scope
 from . import projection as pj
 from . import vectors as vector_files
 from .sync import current_layout, scan_files
 
-REPAIR_SYNC = "run `sbuf sync`"
-REPAIR_REINDEX = "run `sbuf reindex`"
-REPAIR_DOCTOR = "run `sbuf doctor --repair`"
 REPAIR_MODEL = "run `sbuf init` to prepare and verify the local model"
 MODEL_NOT_READY = "semantic retrieval is not ready; search is using lexical matching only"
 KEPT_LOCK_FILES = ("mutation.lock",)
+LOW_SPACE_BYTES = 1024 * 1024  # below this, nothing the store writes (a record, the projection) fits
+EXAMPLES = 3  # names shown in an issue that counts many records
+# (one record, several records) of each kind of projection drift
+DELETED = ("record was deleted but is still in the projection", "records were deleted but are still in the projection")
+STALE = ("record changed since it was indexed", "records changed since they were indexed")
+UNINDEXED = ("canonical record is not indexed", "canonical records are not indexed")
+_WRITE_TEMPORARY = re.compile(rf"^\..+\.\d+\.\d+{re.escape(TEMP_SUFFIX)}$")  # `atomic.temp_path_for`
+
+
+def sbuf(paths: StorePaths, command: str) -> str:
+    """The command a repair names, for the store diagnosed: `sbuf --project sync` for a project store."""
+    return f"`sbuf {'--project ' if paths.kind == 'project' else ''}{command}`"
+
+
+def run(paths: StorePaths, command: str) -> str:
+    return f"run {sbuf(paths, command)}"
 
 
 @dataclass(frozen=True)
@@ -91,15 +107,19 @@ def doctor_store(paths: StorePaths) -> Diagnosis:
         scope = record_scope(paths)
     except (StoreError, NotInitialized) as exc:
         issues.append(Issue("failure", "canonical", f"canonical store metadata is invalid: {exc}",
-                            "repair store.toml, then run `sbuf doctor`"))  # fmt: skip
+                            f"repair store.toml, then run {sbuf(paths, 'doctor')}"))  # fmt: skip
         return diagnosis
     try:
         files = scan_files(paths)
     except (OSError, StoreError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         issues.append(Issue("failure", "canonical", f"canonical records could not be scanned: {reason}",
-                            "restore access to the records directory, then run `sbuf doctor`"))  # fmt: skip
+                            f"restore access to the records directory, then run {sbuf(paths, 'doctor')}"))  # fmt: skip
         return diagnosis
+    free = _free_bytes(paths)
+    if free is not None and free < LOW_SPACE_BYTES:
+        issues.append(Issue("failure", "disk", f"no space left on device: {free} bytes free where the store lives",
+                            f"free some disk space, then run {sbuf(paths, 'doctor')}"))  # fmt: skip
     valid = _check_records(paths, scope, sorted(files), issues)
     model_problems = _model_problems(paths)
     diagnosis.semantic_model_ready = not model_problems
@@ -112,8 +132,14 @@ def doctor_store(paths: StorePaths) -> Diagnosis:
             issues.append(Issue("warning", "model", f"the model opens without its saved optimized graph, about twice "
                                 f"as slowly ({slow})", REPAIR_MODEL))  # fmt: skip
     for path in stale_disposable_files(paths, diagnosis.index_path):
-        issues.append(Issue("warning", "disposable", f"stale disposable metadata remains at {_label(paths, path)}",
-                            REPAIR_DOCTOR))  # fmt: skip
+        what = (
+            "a temporary file left by an interrupted write"
+            if _WRITE_TEMPORARY.match(path.name)
+            else "stale \
+disposable metadata"
+        )
+        issues.append(Issue("warning", "disposable", f"{what} remains at {_label(paths, path)}",
+                            run(paths, "doctor --repair")))  # fmt: skip
     return diagnosis
 
 
@@ -156,15 +182,15 @@ def _check_records(paths: StorePaths, scope: str, names: list[str], issues: list
         except (OSError, RecordError) as exc:
             reason = exc.detail if isinstance(exc, RecordError) else (exc.strerror or type(exc).__name__)
             issues.append(Issue("failure", "canonical", f"canonical record {name} is invalid: {reason}",
-                                "repair the Markdown, then run `sbuf sync`"))  # fmt: skip
+                                f"repair the Markdown, then run {sbuf(paths, 'sync')}"))  # fmt: skip
             continue
         if record.scope != scope:
             issues.append(Issue("failure", "canonical", f"canonical record {name} is outside the selected store scope",
-                                "correct the record scope, then run `sbuf sync`"))  # fmt: skip
+                                f"correct the record scope, then run {sbuf(paths, 'sync')}"))  # fmt: skip
         elif record.id in first_seen:
             issues.append(Issue("failure", "canonical",
                                 f"canonical record {name} duplicates the ID first seen at {first_seen[record.id]}",
-                                "give each record a unique ID, then run `sbuf sync`"))  # fmt: skip
+                                f"give each record a unique ID, then run {sbuf(paths, 'sync')}"))  # fmt: skip
         else:
             first_seen[record.id] = name
             valid[name] = (record.id, hashlib.sha256(data).hexdigest())
@@ -177,7 +203,7 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
     issues = diagnosis.issues
     path = pj.existing_index_path(paths)
     if path is None:
-        issues.append(Issue("warning", "projection", "the SQLite projection is missing", REPAIR_REINDEX))
+        issues.append(Issue("warning", "projection", "the SQLite projection is missing", run(paths, "reindex")))
         return
     try:
         with pj.reading(path) as conn:
@@ -188,24 +214,38 @@ def _check_projection(paths: StorePaths, diagnosis: Diagnosis, valid: dict[str, 
             unembedded = conn.execute(
                 "SELECT count(*) FROM chunks WHERE embed_hash NOT IN (SELECT embed_hash FROM vectors)"
             ).fetchone()[0]
-    except IndexUnavailable:
-        issues.append(Issue("failure", "projection", "the SQLite projection cannot be opened: it is damaged, "
-                            "foreign or of another version", REPAIR_REINDEX))  # fmt: skip
+    except IndexUnavailable as exc:
+        why = "no space left on device" if out_of_space(exc) or diagnosis.has("disk") else (
+            "it is damaged, foreign or of another version")  # fmt: skip
+        issues.append(Issue("failure", "projection", f"the SQLite projection cannot be opened: {why}",
+                            run(paths, "reindex")))  # fmt: skip
         return
     if broken_lexical is not None:
         issues.append(Issue("failure", "projection", "the SQLite projection's lexical index is inconsistent",
-                            REPAIR_REINDEX))  # fmt: skip
-    for name, stored in sorted(projected.items()):
-        if name not in valid:
-            issues.append(Issue("warning", "projection", f"projection contains deleted record {name}", REPAIR_SYNC))
-        elif valid[name] != stored:
-            issues.append(Issue("warning", "projection", f"projection is stale for {name}", REPAIR_SYNC))
-    for name in sorted(set(valid) - set(projected)):
-        issues.append(Issue("warning", "projection", f"canonical record is not indexed: {name}", REPAIR_SYNC))
+                            run(paths, "reindex")))  # fmt: skip
+    sync = run(paths, "sync")
+    deleted = sorted(name for name in projected if name not in valid)
+    stale = sorted(name for name, stored in projected.items() if name in valid and valid[name] != stored)
+    unindexed = sorted(set(valid) - set(projected))
+    for names, phrases in ((deleted, DELETED), (stale, STALE), (unindexed, UNINDEXED)):
+        if names:
+            issues.append(Issue("warning", "projection", _counted(names, phrases), sync))
     vectors_current = unembedded == 0 and current_layout(settings, path) is not None
     if diagnosis.semantic_model_ready and not vectors_current:
-        issues.append(Issue("warning", "projection", "semantic vectors are missing or stale for some records",
-                            REPAIR_SYNC))  # fmt: skip
+        issues.append(Issue("warning", "projection", "semantic vectors are missing or stale for some records", sync))
+
+
+def _counted(names: list[str], phrases: tuple[str, str]) -> str:
+    """One issue for many records: `445 canonical records are not indexed (records/a.md, ...)`."""
+    shown = ", ".join(names[:EXAMPLES]) + (", ..." if len(names) > EXAMPLES else "")
+    return f"{len(names)} {phrases[len(names) > 1]} ({shown})"
+
+
+def _free_bytes(paths: StorePaths) -> int | None:
+    try:
+        return shutil.disk_usage(paths.root).free
+    except OSError:
+        return None
 
 
 def _model_problems(paths: StorePaths) -> list[str]:
@@ -221,8 +261,9 @@ def _slow_model_start(paths: StorePaths) -> str | None:
 
 
 def stale_disposable_files(paths: StorePaths, index_path: Path) -> list[Path]:
-    """Lock files (not the mutation lock or journals), `tmp/` contents, leftover projection temporaries
-    and vector files the projection no longer uses. Regular files only; symlinks are left alone."""
+    """Lock files (not the mutation lock or journals), `tmp/` contents, temporaries of interrupted writes
+    anywhere in the store (records included), leftover projection temporaries and vector files the
+    projection no longer uses. Regular files only; symlinks are left alone."""
     found: list[Path] = []
     if paths.locks.is_dir():
         found += [entry for entry in paths.locks.iterdir()
@@ -231,16 +272,21 @@ def stale_disposable_files(paths: StorePaths, index_path: Path) -> list[Path]:
     if tmp.is_dir() and not tmp.is_symlink():
         for directory, _dirs, names in os.walk(tmp):
             found += [Path(directory, name) for name in names if _regular(Path(directory, name))]
+    for directory, dirs, names in os.walk(paths.root):  # symlinked directories are not entered
+        dirs[:] = [name for name in dirs if name != "tmp"]
+        found += [Path(directory, name) for name in names
+                  if _WRITE_TEMPORARY.match(name) and _regular(Path(directory, name))]  # fmt: skip
     index_dir = index_path.parent
     if index_dir.is_dir():
         prefix = f".{index_path.name}."
         found += [entry for entry in index_dir.iterdir()
                   if entry.name.startswith(prefix) and entry.name.endswith(".tmp") and _regular(entry)]  # fmt: skip
-        found += [entry for entry in vector_files.all_matrix_files(index_path) if entry not in _used_matrix(index_path)]
+        used = used_matrix_files(index_path)
+        found += [entry for entry in vector_files.all_matrix_files(index_path) if entry not in used]
     return sorted(set(found))
 
 
-def _used_matrix(index_path: Path) -> set[Path]:
+def used_matrix_files(index_path: Path) -> set[Path]:
     if not index_path.is_file():
         return set()
     try:

@@ -1,8 +1,11 @@
-"""Removing disposable data: the projection and its vector files, stale locks, temporaries and logs.
+"""Removing disposable data: stale locks, temporaries, logs, unused vector files, and on request the
+projection itself.
 
 Never touches `store.toml`, `.gitignore`, record files, the mutation lock, the projection lock or
-the recovery journals. The model cache is shared by every store on the machine, so it is removed
-only when asked for explicitly (`include_models`).
+the recovery journals. The projection and the vector files it uses are kept unless asked for
+(`include_index`): removing them makes the next search rebuild the index and embed every record
+again. The model cache is shared by every store on the machine, so it is removed only when asked
+for explicitly (`include_models`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from ..core.stores import StorePaths
 from . import projection as pj
+from . import vectors as vector_files
 from .sync import projection_lock
 
 KEPT_NAMES = ("mutation.lock", "supersede.toml", "import.toml")
@@ -30,7 +34,9 @@ class GcReport:
         return sum(size for _, size in self.candidates)
 
 
-def gc_store(paths: StorePaths, *, dry_run: bool, include_models: bool = False) -> GcReport:
+def gc_store(
+    paths: StorePaths, *, dry_run: bool, include_index: bool = False, include_models: bool = False
+) -> GcReport:
     """List (and unless `dry_run`, delete) disposable files, holding the mutation and projection locks."""
     from ..core.repository import Repository
 
@@ -42,7 +48,7 @@ def gc_store(paths: StorePaths, *, dry_run: bool, include_models: bool = False) 
             from ..embedding.cache import models_lock
 
             locks.enter_context(models_lock(paths.cache_dir, shared=False))
-        found = _candidates(paths, include_models)
+        found = _candidates(paths, include_index, include_models)
         report.candidates = sorted((label, _size(path)) for label, path in found.items())
         if not dry_run:
             for label, _size_bytes in report.candidates:
@@ -51,12 +57,15 @@ def gc_store(paths: StorePaths, *, dry_run: bool, include_models: bool = False) 
     return report
 
 
-def _candidates(paths: StorePaths, include_models: bool) -> dict[str, Path]:
+def _candidates(paths: StorePaths, include_index: bool, include_models: bool) -> dict[str, Path]:
+    from .doctor import used_matrix_files
+
     found: dict[str, Path] = {}
     index_path = pj.existing_index_path(paths) or paths.index_path
     index_label = "" if paths.kind == "project" else "cache/"
+    unused = set(vector_files.all_matrix_files(index_path)) - used_matrix_files(index_path)
     for entry in _files(index_path.parent, recursive=False):
-        if entry.name.startswith(index_path.name):
+        if entry.name.startswith(index_path.name) and (include_index or entry in unused):
             found[f"{index_label}{entry.name}"] = entry
     for name in ("locks", "tmp", "logs"):
         for entry in _files(paths.root / name, recursive=True):

@@ -331,7 +331,7 @@ def describe(paths: StorePaths) -> dict[str, Any]:
     settings = stored[1]
     model = json.loads(settings[VECTOR_MODEL]) if VECTOR_MODEL in settings else None
     return {
-        "index_version": PROJECTION_VERSION,
+        "index_version": PROTOCOL_INDEX_VERSION,  # the number receipts report, not the layout on disk
         "embedding_version": model["model_version"] if model else None,
         "last_sync": settings.get(LAST_SYNC),
     }

@@ -19,9 +19,11 @@ from stormbuffer.core.errors import (
     RecordError,
     ScopeDenied,
     StoreIntegrityError,
+    out_of_space,
 )
 
 STORE_FAILED = "the store operation failed"
+NO_SPACE = "no space left on device; free some disk space, then retry the operation"
 RECORDS_INVALID = "one or more canonical records are invalid"
 SECRET_DETECTED = "candidate contains credential-like material; remove it before retrying"
 
@@ -41,7 +43,11 @@ def invalid_request(message: str) -> ProtocolError:
 
 # Core exception class → (code, message). Subclasses are matched through their bases, in order.
 _CORE_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
-    (NotInitialized, "not_initialized", "the selected store is not initialized"),
+    (
+        NotInitialized,
+        "not_initialized",
+        "the selected store is not initialized; run `sbuf init` (or `sbuf --project init`)",
+    ),
     (NotFound, "not_found", "record was not found"),
     (ScopeDenied, "scope_denied", "record is outside the selected scope"),
     (AccessDenied, "access_denied", "record is not available to this access class"),
@@ -64,6 +70,8 @@ def from_core(exc: BaseException) -> ProtocolError:
     """The protocol error for an exception raised below the protocol layer."""
     if isinstance(exc, ProtocolError):
         return exc
+    if out_of_space(exc):
+        return ProtocolError("internal_error", NO_SPACE)
     for cls, code, message in _CORE_ERRORS:
         if isinstance(exc, cls):
             return ProtocolError(code, message)
