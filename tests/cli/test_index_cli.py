@@ -133,7 +133,7 @@ def test_context_prints_the_contract_blocks_and_a_hybrid_receipt(sandbox: Sandbo
     scope = project_store(sandbox)
     put(sandbox.project_root, ID_A, scope, "Paging", "The on-call engineer is phoned when production alerts fire.")
     put(sandbox.project_root, ID_B, scope, "Coffee", "The grinder is cleaned every Friday.")
-    out = ok(sandbox.sbuf("--project", "context", "who gets called about outages at night", "--budget", "5"))
+    out = ok(sandbox.sbuf("--project", "context", "who gets called about outages at night", "--budget", "5", "--json"))
     assert out.startswith('{\n  "contract": {') and ESC not in out
     result = json.loads(out)
     assert list(result) == ["contract", "blocks", "receipt"]
@@ -149,7 +149,7 @@ def test_without_a_model_retrieval_is_lexical_and_reindex_warns(sandbox: Sandbox
     scope = project_store(sandbox)
     put(sandbox.project_root, ID_A, scope, "Paging", "The on-call engineer is phoned when alerts fire.")
     shutil.rmtree(sandbox.base / "cache" / "stormbuffer" / "models")
-    receipt = json.loads(ok(sandbox.sbuf("--project", "context", "on-call engineer")))["receipt"]
+    receipt = json.loads(ok(sandbox.sbuf("--project", "context", "on-call engineer", "--json")))["receipt"]
     assert (receipt["retrieval_mode"], receipt["semantic_fallback"]) == ("lexical", "model_unavailable")
     assert receipt["embedding_model"] is None
     hits = json.loads(ok(sandbox.sbuf("--project", "search", "on-call engineer", "--json")))
@@ -166,7 +166,7 @@ def test_a_locked_projection_does_not_stop_search(sandbox: Sandbox) -> None:
     put(sandbox.project_root, ID_A, scope, "Parking", "Visitors park in the north garage.")
     ok(sandbox.sbuf("--project", "sync"))
     with lock_held_elsewhere(sandbox.project_root / "projection.lock"):
-        result = json.loads(ok(sandbox.sbuf("--project", "context", "north garage")))
+        result = json.loads(ok(sandbox.sbuf("--project", "context", "north garage", "--json")))
         assert [block["record_id"] for block in result["blocks"]] == [ID_A]
         assert result["receipt"]["retrieval_mode"] == "hybrid"
         assert failed(sandbox.sbuf("--project", "sync")) == [
@@ -191,7 +191,7 @@ def test_the_reference_store_works_without_init(sandbox: Sandbox) -> None:
     query = "canonical records survive projection failures"
     hits = json.loads(ok(sandbox.sbuf("--project", "search", query, "--json")))
     assert hits[0]["record_id"] == REFERENCE_RECORD and hits[0]["lexical_match_reason"] == "exact_title"
-    blocks = json.loads(ok(sandbox.sbuf("--project", "context", query, "--budget", "80")))["blocks"]
+    blocks = json.loads(ok(sandbox.sbuf("--project", "context", query, "--budget", "80", "--json")))["blocks"]
     assert REFERENCE_RECORD in [block["record_id"] for block in blocks]
     assert (sandbox.project_root / "index.sqlite3").is_file()
     after = tree_digest(sandbox.project_root)
@@ -252,16 +252,22 @@ def test_doctor_reports_a_model_opening_without_its_saved_graph_until_init(sandb
     assert "Status: healthy" in ok(sandbox.sbuf("--project", "doctor"))
 
 
-def test_gc_removes_disposable_files_and_keeps_the_model_unless_asked(sandbox: Sandbox) -> None:
+def test_gc_removes_disposable_files_and_keeps_the_index_and_the_model_unless_asked(sandbox: Sandbox) -> None:
     scope = project_store(sandbox)
     record = put(sandbox.project_root, ID_C, scope, "Kept", "Records are never collected.")
     ok(sandbox.sbuf("--project", "sync"))
     models = sandbox.base / "cache" / "stormbuffer" / "models"
+    orphan = record.with_name(f".{record.name}.4242.1700000000000000000.tmp")  # left by a killed write
+    orphan.write_text("half a record")
     dry = ok(sandbox.sbuf("--project", "gc", "--dry-run"))
-    assert dry.startswith("Reclaimable: ") and "index.sqlite3\t" in dry and "cache/models" not in dry
-    assert (sandbox.project_root / "index.sqlite3").is_file()
-    done = ok(sandbox.sbuf("--project", "gc"))
-    assert done.startswith("Reclaimed: ")
+    assert dry.startswith("Reclaimable: ") and f"records/{orphan.name}\t" in dry and "cache/models" not in dry
+    assert "index.sqlite3\t" not in dry
+    kept = ok(sandbox.sbuf("--project", "gc"))
+    assert kept.startswith("Reclaimed: ") and not orphan.exists()
+    assert (sandbox.project_root / "index.sqlite3").is_file()  # cleaning never costs a re-embedding
+    assert counts(ok(sandbox.sbuf("--project", "sync")))["Embedded"] == 0
+    done = ok(sandbox.sbuf("--project", "gc", "--index"))
+    assert "index.sqlite3\t" in done
     assert not (sandbox.project_root / "index.sqlite3").exists()
     assert not list(sandbox.project_root.glob("index.sqlite3*"))
     assert record.is_file() and (sandbox.project_root / "store.toml").is_file() and any(models.rglob("*.onnx"))

@@ -4,17 +4,14 @@ the editor protocol, colour, usage errors, malformed records and store isolation
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ESC, SBUF, Sandbox, record_markdown, tree_digest
+from tests.helpers import ESC, Sandbox, record_markdown, run_at_terminal, tree_digest
 
 SOME_ID = "01890a5d-ac96-774b-bcce-b302099a8057"
 OTHER_ID = "01890a5d-ac96-774b-bcce-b302099a8058"
@@ -270,7 +267,8 @@ def test_commands_on_an_uninitialized_store_create_nothing(
     sandbox: Sandbox, view: str, args: tuple[str, ...], message: str
 ) -> None:
     result = sandbox.sbuf(view, *args)
-    assert failed(result) == f"error: {message}"
+    init = "sbuf init" if view == "--global" else "sbuf --project init"
+    assert failed(result) == f"error: {message}; run `{init}`"
     assert result.stdout == ""
     assert not sandbox.project_root.exists() and not sandbox.global_root.exists()
 
@@ -293,7 +291,9 @@ def test_forget_requires_destroy_before_anything_else(sandbox: Sandbox) -> None:
 def test_bad_record_ids_are_refused_before_the_store_is_opened(
     sandbox: Sandbox, command: str, record_id: str, message: str
 ) -> None:
-    assert failed(sandbox.sbuf("--project", command, record_id)) == f"error: {message}"
+    assert failed(sandbox.sbuf("--project", command, record_id)).startswith(
+        f"error: invalid ID `{record_id}`: {message} (or a unique prefix or suffix of a memory's id"
+    )
     assert not sandbox.project_root.exists()
 
 
@@ -316,13 +316,10 @@ def test_record_lifecycle(sandbox: Sandbox) -> None:
     assert ok(sandbox.sbuf("--project", "list")) == ""
     assert f"{record_id}\tarchived\t" in ok(sandbox.sbuf("--project", "list", "--all"))
     line = failed(sandbox.sbuf("--project", "archive", record_id))
-    assert line.endswith(f"repository operation failed: record {record_id} must be active, not archived")
+    assert line.endswith(f"record {record_id} is archived, not active")
     assert ok(sandbox.sbuf("--project", "restore", record_id)) == f"{record_id}\tactive\n"
     line = failed(sandbox.sbuf("--project", "restore", record_id))
-    assert line == (
-        "error: could not change record lifecycle: repository operation failed: "
-        f"record {record_id} must be archived, not active"
-    )
+    assert line == (f"error: could not change record lifecycle: record {record_id} is active, not archived")
 
     new_id = ok(sandbox.sbuf("--project", "supersede", record_id, "--kind", "decision")).strip()
     assert new_id != record_id
@@ -336,12 +333,12 @@ def test_record_lifecycle(sandbox: Sandbox) -> None:
     assert ok(sandbox.sbuf("--project", "forget", new_id, "--destroy", "--yes")) == f"Forgot {new_id}\n"
     assert not (sandbox.project_root / "records" / f"{new_id}.md").exists()
     line = failed(sandbox.sbuf("--project", "show", new_id))
-    assert line == f"error: could not read record: repository operation failed: record {new_id} was not found"
+    assert line == f"error: could not read record: record {new_id} was not found"
 
 
 def test_missing_records_are_reported(sandbox: Sandbox) -> None:
     ok(sandbox.sbuf("--project", "init"))
-    missing = f"repository operation failed: record {SOME_ID} was not found"
+    missing = f"record {SOME_ID} was not found"
     assert failed(sandbox.sbuf("--project", "edit", SOME_ID)) == f"error: could not find record: {missing}"
     line = failed(sandbox.sbuf("--project", "supersede", SOME_ID))
     assert line == f"error: could not find record to supersede: {missing}"
@@ -362,10 +359,7 @@ def test_proposals_and_decisions(sandbox: Sandbox) -> None:
 
     assert ok(sandbox.sbuf("--project", "approve", candidate)) == f"{candidate}\taccepted\tactive\n"
     line = failed(sandbox.sbuf("--project", "approve", candidate))
-    assert line == (
-        "error: could not update candidate: repository operation failed: "
-        f"record {candidate} must be a candidate, not active"
-    )
+    assert line == (f"error: could not update candidate: record {candidate} is active, not a candidate")
     assert ok(sandbox.sbuf("--project", "reject", overlap)) == f"{overlap}\taccepted\tarchived\n"
 
     twin, _ = propose(sandbox, "Twin", "Same words.")
@@ -466,7 +460,7 @@ def test_edit_saves_the_edited_record(sandbox: Sandbox) -> None:
     ("code", "message"),
     [
         ("sys.exit(3)", "record editor exited unsuccessfully: exit status: 3"),
-        ("path.write_text('no frontmatter')", "editor output is not a valid record: invalid record <editor>: "),
+        ("path.write_text('no frontmatter')", "editor output is not a valid record: "),
         ("path.unlink()", "could not add record: "),
     ],
 )
@@ -474,7 +468,11 @@ def test_editor_failures_write_nothing_and_leave_no_temp_file(sandbox: Sandbox, 
     ok(sandbox.sbuf("--project", "init"))
     before = tree_digest(sandbox.project_root)
     program = editor(sandbox, "broken", code)
-    line = failed(sandbox.sbuf("--project", "add", "--body", "B", env=sandbox.env_with(EDITOR=program)))
+    done = sandbox.sbuf("--project", "add", "--body", "B", env=sandbox.env_with(EDITOR=program))
+    kept = [line for line in done.stderr.splitlines() if line.startswith("Your text was kept in ")]
+    assert len(kept) == (1 if "write_text" in code else 0)
+    done.stderr = "".join(f"{line}\n" for line in done.stderr.splitlines() if line not in kept)
+    line = failed(done)
     assert line.startswith("error: could not add record: ") and message in line
     assert sandbox.env["TMPDIR"] not in line
     assert tree_digest(sandbox.project_root) == before
@@ -488,8 +486,7 @@ def test_edit_cannot_change_the_status(sandbox: Sandbox) -> None:
     demote = editor(sandbox, "demote", "path.write_text(path.read_text().replace('\"active\"', '\"candidate\"'))")
     line = failed(sandbox.sbuf("--project", "edit", record_id, env=sandbox.env_with(EDITOR=demote)))
     assert line == (
-        "error: could not save edited record: repository operation failed: "
-        f"record {record_id} must be active, not candidate"
+        f"error: could not save edited record: record {record_id} must stay active; it cannot be made candidate"
     )
     assert tree_digest(sandbox.project_root) == before
 
@@ -521,37 +518,11 @@ def test_without_an_editor_options_are_enough_but_editing_needs_one(sandbox: San
 # ---- forgetting at a terminal ------------------------------------------------------------------------------
 
 
-def run_at_terminal(sandbox: Sandbox, args: list[str], answer: str) -> tuple[int, str]:
-    """Run `sbuf` with a pseudo-terminal as stdin, stdout and stderr; answer its prompt."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [str(SBUF), *args], cwd=sandbox.cwd, env=sandbox.env, stdin=slave, stdout=slave, stderr=slave
-    )
-    os.close(slave)
-    output = b""
-    answered = False
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        assert ready, f"no output from sbuf: {output!r}"
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # the terminal closes when the process exits
-            break
-        if not chunk:
-            break
-        output += chunk
-        if not answered and b"[y/N] " in output:
-            os.write(master, answer.encode())
-            answered = True
-    os.close(master)
-    return process.wait(), output.decode()
-
-
 @pytest.mark.parametrize(("answer", "deleted"), [("YES\n", True), ("y\n", True), ("n\n", False), ("\n", False)])
 def test_forget_asks_at_a_terminal(sandbox: Sandbox, answer: str, deleted: bool) -> None:
     ok(sandbox.sbuf("--project", "init"))
     record_id = add(sandbox, title="Bidi\u202e title")
-    code, output = run_at_terminal(sandbox, ["--project", "forget", record_id, "--destroy"], answer)
+    code, output = run_at_terminal(sandbox, ["--project", "forget", record_id, "--destroy"], b"[y/N] ", answer)
     assert f"Permanently delete Bidi title ({record_id})? [y/N] " in output
     path = sandbox.project_root / "records" / f"{record_id}.md"
     if deleted:
@@ -599,10 +570,11 @@ def test_error_prefix_colour(sandbox: Sandbox) -> None:
     coloured = sandbox.sbuf("--color", "always", "--project", "add")
     assert coloured.returncode == 1
     assert coloured.stderr == (
-        f"{ESC}[1m{ESC}[91merror{ESC}[39m{ESC}[0m: could not add record: store is not initialized\n"
+        f"{ESC}[1m{ESC}[91merror{ESC}[39m{ESC}[0m: could not add record: "
+        "store is not initialized; run `sbuf --project init`\n"
     )
     plain = sandbox.sbuf("--color", "always", "--project", "add", env=sandbox.env_with(NO_COLOR="1"))
-    assert failed(plain) == "error: could not add record: store is not initialized"
+    assert failed(plain) == "error: could not add record: store is not initialized; run `sbuf --project init`"
 
 
 # ---- malformed records ----------------------------------------------------------------------------------------

@@ -25,9 +25,13 @@ from .text import one_line
 
 if TYPE_CHECKING:
     from ..index.sync import Embedder, Progress, SyncReport
+    from ..retrieval import SearchHit
 
 MIN_WATCH_INTERVAL_MS = 50
 PROGRESS_THRESHOLD = 50  # files or texts below which no progress bar is drawn
+# A hit found by its vector alone is shown to people only this close to the query (Euclidean distance
+# of unit vectors, `sqrt(2 - 2 cos)`: 1.25 is a cosine of about 0.22). Unrelated text lies farther.
+VECTOR_ONLY_MAX_DISTANCE = 1.25
 
 
 def _initialized_store(context: str) -> StorePaths:
@@ -190,16 +194,19 @@ def doctor(repair: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
-@command("gc", help="Remove disposable cache, projection, lock, and temporary data.")
+@command("gc", help="Remove disposable lock, temporary and unused vector data (--index: the projection too).")
 @click.option("--dry-run", is_flag=True, help="List what would be removed without removing it.")
+@click.option("--index", "include_index", is_flag=True,
+              help="Also remove the search projection and its vectors: the next search rebuilds them and "
+              "embeds every record again.")  # fmt: skip
 @click.option("--models", "include_models", is_flag=True,
               help="Also remove the embedding model cache, which every store on this machine shares.")  # fmt: skip
-def gc(dry_run: bool, include_models: bool) -> None:
+def gc(dry_run: bool, include_index: bool, include_models: bool) -> None:
     from ..index.gc import gc_store
 
     paths = selected_store()
     with failing("could not collect disposable data"):
-        report = gc_store(paths, dry_run=dry_run, include_models=include_models)
+        report = gc_store(paths, dry_run=dry_run, include_index=include_index, include_models=include_models)
     out = current().out()
     if dry_run:
         click.echo(out.field("Reclaimable", f"{len(report.candidates)} files, {report.reclaimed_bytes} bytes"))
@@ -249,8 +256,9 @@ def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
         click.echo(json.dumps([hit.to_json(with_path=True) for hit in hits], indent=2, ensure_ascii=False))
         return
     out = cli.out()
+    shown = [hit for hit in hits if _relevant(hit)]
     cards = []
-    for hit in hits:
+    for hit in shown:
         source = hit.sources[0]["reference"] if hit.sources else ""
         cards.append("\n".join([
             out.success(one_line(hit.title)),
@@ -263,6 +271,18 @@ def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
         ]))  # fmt: skip
     if cards:
         click.echo("\n\n".join(cards))
+    hidden = len(hits) - len(shown)
+    if not cards:
+        click.echo(f"No memories match {one_line(query)!r}", err=True)
+    if hidden:
+        click.echo(f"{hidden} weak semantic match(es) not shown (--json lists every hit)", err=True)
+
+
+def _relevant(hit: SearchHit) -> bool:
+    """Whether a hit belongs in the human view: it matched a term, or its meaning is close enough."""
+    if any(reason.startswith("lexical:") for reason in hit.match_reasons):
+        return True
+    return hit.vector_distance is not None and hit.vector_distance <= VECTOR_ONLY_MAX_DISTANCE
 
 
 @command("context", help="Compile bounded context from indexed memories.")
@@ -271,13 +291,33 @@ def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
               help="Maximum whitespace-delimited tokens in the evidence blocks.")  # fmt: skip
 @click.option("--limit", type=int, default=20, show_default=True, help="Maximum number of blocks.")
 @click.option("--all", "include_all", is_flag=True, help="Include candidate, superseded, and archived records.")
-def context(query: str, budget: int, limit: int, include_all: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Emit the whole context (contract, blocks, receipt) as JSON.")
+def context(query: str, budget: int, limit: int, include_all: bool, as_json: bool) -> None:
     from ..retrieval import ContextOptions, SearchOptions
     from ..retrieval import context as compile_context
 
-    current().machine_mode = True
+    cli = current()
+    cli.machine_mode = as_json
     stores, embedder, fallback = _prepared("could not compile context")
     options = ContextOptions(budget=budget, search=SearchOptions(limit=limit, include_inactive=include_all))
     with failing("could not compile context"):
         result = compile_context(stores, query, options, embedder=embedder, fallback=fallback)
-    click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    compiled = result.to_json()
+    if as_json:
+        click.echo(json.dumps(compiled, indent=2, ensure_ascii=False))
+        return
+    out = cli.out()
+    for block in compiled["blocks"]:
+        source = block["sources"][0]["reference"] if block["sources"] else ""
+        click.echo(out.success(one_line(block["title"])))
+        click.echo(f"  {out.field('ID', block['record_id'])}  {out.field('Kind', block['kind'])}  "
+                   f"{out.field('Source', one_line(source))}")  # fmt: skip
+        for line in block["text"].splitlines():
+            click.echo(f"  | {one_line(line)}")
+        click.echo()
+    receipt = compiled["receipt"]
+    if not compiled["blocks"]:
+        click.echo(f"No memories match {one_line(query)!r}", err=True)
+    omitted = f", {receipt['omitted_results']} omitted" if receipt["omitted_results"] else ""
+    click.echo(out.field("Receipt", f"{receipt['receipt_id']} ({receipt['retrieval_mode']}, "
+                         f"{receipt['used_tokens']}/{receipt['budget']} tokens{omitted})"))  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,8 @@ HUMAN_SOURCE = Source("conversation", "stormbuffer:cli", "human")
 PROPOSE_SOURCE = Source("conversation", "stormbuffer:cli/propose", "agent")
 DEFAULT_TITLE = "Untitled memory"
 DEFAULT_BODY = "Write the memory here."
+NO_RECORDS = "No memories in this store"
+NO_ACTIVE_RECORDS = "No active memories in this store (--all includes candidates, superseded and archived ones)"
 NO_EDITOR_DRAFT = "Without $VISUAL or $EDITOR, a draft given --body is stored as it is."
 NO_EDITOR_REPLACEMENT = "Without $VISUAL or $EDITOR, a replacement given --title, --kind or --body is stored as it is."
 
@@ -36,11 +39,36 @@ def selected_store() -> StorePaths:
         return current().store()
 
 
+ID_PART = re.compile(r"[0-9a-f-]+")
+MIN_ID_PART = 4  # hex digits
+FULL_ID_DIGITS = 32
+SHOWN_MATCHES = 5
+
+
 def record_id_argument(text: str) -> str:
+    """The id a person typed: a whole id, or a unique prefix or suffix of one in the selected store.
+
+    Ids made in the same minute share their first 8 hex digits, so the end of an id is often the part
+    that tells two apart.
+    """
     try:
         return parse_record_id(text)
     except ValueError as exc:
-        fail(str(exc))
+        reason = str(exc)
+    part = text.lower()
+    digits = len(part.replace("-", ""))
+    if not ID_PART.fullmatch(part) or not MIN_ID_PART <= digits < FULL_ID_DIGITS:
+        fail(f"invalid ID `{one_line(text)}`: {reason} (or a unique prefix or suffix of a memory's id, "
+             f"at least {MIN_ID_PART} hex digits)")  # fmt: skip
+    with failing(f"could not look up ID `{part}`"):
+        ids = sorted(item.record.id for item in Repository(selected_store()).scan_read_only())
+    matches = [record_id for record_id in ids if record_id.startswith(part) or record_id.endswith(part)]
+    if not matches:
+        fail(f"ID `{part}`: no memory's id starts or ends with it")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:SHOWN_MATCHES]) + (", ..." if len(matches) > SHOWN_MATCHES else "")
+        fail(f"ID `{part}` matches {len(matches)} memories ({shown}); type more of it")
+    return matches[0]
 
 
 def _repository(context: str) -> Repository:
@@ -226,8 +254,7 @@ def add(title: str | None, kind: str | None, body: str | None, access: str) -> N
     repository = _repository("could not add record")
     draft = _new_draft(repository.scope, title, kind, body, "active", access, HUMAN_SOURCE)
     with failing("could not add record"):
-        record = review_draft(draft, current().env, complete=body is not None)
-        repository.add(record)
+        record = review_draft(draft, current().env, repository.add, complete=body is not None)
     click.echo(record.id)
     click.echo(f"Visible to {ACCESS_AUDIENCE[record.access]}", err=True)
 
@@ -238,8 +265,9 @@ def propose(title: str | None, kind: str | None, body: str | None) -> None:
     repository = _repository("could not propose record")
     draft = _new_draft(repository.scope, title, kind, body, "candidate", "agent", PROPOSE_SOURCE)
     with failing("could not propose record"):
-        record = review_draft(draft, current().env, complete=body is not None)
-        result = repository.propose(record, "agent")
+        result = review_draft(
+            draft, current().env, lambda record: repository.propose(record, "agent"), complete=body is not None
+        )
     click.echo(f"{result.record_id}\t{result.outcome}")
     if result.outcome == "invalid":
         fail(result.message)
@@ -274,9 +302,12 @@ def edit(record_id: str) -> None:
         stored = repository.find(record_id)
     with failing("could not save edited record"):
         must_be(stored.record, "active")
-        edited = edit_text(stored.data, current().env)
-        edited = edited.replace(updated_at=later_of(Timestamp.now(), edited.created_at))
-        repository.replace_if_unchanged(stored, edited)
+
+        def save(edited: Record) -> Record:
+            edited = edited.replace(updated_at=later_of(Timestamp.now(), edited.created_at))
+            return repository.replace_if_unchanged(stored, edited)
+
+        edit_text(stored.data, current().env, save)
     click.echo(record_id)
 
 
@@ -301,8 +332,9 @@ def supersede(record_id: str, title: str | None, kind: str | None, body: str | N
     )
     given = any(value is not None for value in (title, kind, body))
     with failing("could not supersede record"):
-        replacement = review_draft(draft, current().env, complete=given)
-        replacement = repository.supersede(old_id, replacement)
+        replacement = review_draft(
+            draft, current().env, lambda record: repository.supersede(old_id, record), complete=given
+        )
     click.echo(replacement.id)
 
 
@@ -370,9 +402,16 @@ def show(record_id: str) -> None:
 
 @command("list", help="List memories.")
 @click.option("--all", "include_all", is_flag=True, help="Include inactive records.")
-def list_records(include_all: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Emit a JSON array of records instead of tab-separated lines.")
+def list_records(include_all: bool, as_json: bool) -> None:
+    current().machine_mode = as_json
     repository = Repository(selected_store())
     with failing("could not list records"):
         records = repository.records(include_inactive=include_all)
+    if as_json:
+        click.echo(json.dumps([record.to_json() for record in records], ensure_ascii=False))
+        return
     for record in records:
         click.echo(f"{record.id}\t{record.status}\t{record.kind}\t{record.scope}\t{one_line(record.title)}")
+    if not records:
+        click.echo(NO_RECORDS if include_all else NO_ACTIVE_RECORDS, err=True)
