@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.helpers import Sandbox
+from tests.mcp.conftest import RawServer, request
 
 TITLE = "Deploys need a green build"
 BODY = "Run the suite before tagging."
@@ -27,6 +28,18 @@ def test_the_readme_walk_through_finds_an_agent_memory_and_not_a_human_one(sandb
     assert found_by_agents(sandbox) == [agent.stdout.strip()]
     shown = sandbox.sbuf("--project", "show", agent.stdout.strip()).stdout
     assert 'access = "agent"' in shown
+
+
+def test_mcp_recall_finds_only_the_agent_memory(sandbox: Sandbox) -> None:
+    assert sandbox.sbuf("--project", "init").returncode == 0
+    sandbox.sbuf("--project", "add", "--title", TITLE, "--body", BODY)
+    agent = sandbox.sbuf("--project", "add", "--access", "agent", "--title", TITLE, "--body", BODY).stdout.strip()
+    server = RawServer(sandbox, "--stdio", "--project")
+    assert "result" in server.initialize()
+    server.send(request(2, "tools/call", {"name": "memory_recall", "arguments": {"query": "deploy"}}))
+    blocks = server.receive()["result"]["structuredContent"]["result"]["blocks"]
+    assert [block["record_id"] for block in blocks] == [agent]
+    assert server.close()[:2] == (0, [])
 
 
 def test_add_help_says_who_can_see_the_memory(sandbox: Sandbox) -> None:
