@@ -104,8 +104,12 @@ def _reopen(problem: str) -> bool:
     """On a terminal, whether the user wants the editor again on the same text after `problem`."""
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return False
-    click.echo(f"{problem}", err=True)
-    return click.confirm("Reopen the editor on the same text?", default=True, err=True)
+    click.echo(problem, err=True)
+    try:
+        return click.confirm("Reopen the editor on the same text?", default=True, err=True)
+    except click.Abort:  # end of input or Ctrl-C at the prompt: the text is kept as a draft
+        click.echo(err=True)
+        return False
 
 
 def _keep(data: bytes, env: Mapping[str, str]) -> Path:
