@@ -32,6 +32,13 @@ def failed(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def failed_keeping_draft(result: subprocess.CompletedProcess[str]) -> tuple[str, list[str]]:
+    """The `error:` line of a failed command, and the `Your text was kept in …` lines printed before it."""
+    kept = [line for line in result.stderr.splitlines() if line.startswith("Your text was kept in ")]
+    result.stderr = "".join(f"{line}\n" for line in result.stderr.splitlines() if line not in kept)
+    return failed(result), kept
+
+
 def project_scope(sandbox: Sandbox) -> str:
     return "project:" + json.loads(ok(sandbox.sbuf("--project", "status", "--json")))["project_id"]
 
@@ -468,11 +475,10 @@ def test_editor_failures_write_nothing_and_leave_no_temp_file(sandbox: Sandbox, 
     ok(sandbox.sbuf("--project", "init"))
     before = tree_digest(sandbox.project_root)
     program = editor(sandbox, "broken", code)
-    done = sandbox.sbuf("--project", "add", "--body", "B", env=sandbox.env_with(EDITOR=program))
-    kept = [line for line in done.stderr.splitlines() if line.startswith("Your text was kept in ")]
+    line, kept = failed_keeping_draft(
+        sandbox.sbuf("--project", "add", "--body", "B", env=sandbox.env_with(EDITOR=program))
+    )
     assert len(kept) == (1 if "write_text" in code else 0)
-    done.stderr = "".join(f"{line}\n" for line in done.stderr.splitlines() if line not in kept)
-    line = failed(done)
     assert line.startswith("error: could not add record: ") and message in line
     assert sandbox.env["TMPDIR"] not in line
     assert tree_digest(sandbox.project_root) == before
@@ -484,10 +490,11 @@ def test_edit_cannot_change_the_status(sandbox: Sandbox) -> None:
     record_id = add(sandbox)
     before = tree_digest(sandbox.project_root)
     demote = editor(sandbox, "demote", "path.write_text(path.read_text().replace('\"active\"', '\"candidate\"'))")
-    line = failed(sandbox.sbuf("--project", "edit", record_id, env=sandbox.env_with(EDITOR=demote)))
+    line, kept = failed_keeping_draft(sandbox.sbuf("--project", "edit", record_id, env=sandbox.env_with(EDITOR=demote)))
     assert line == (
         f"error: could not save edited record: record {record_id} must stay active; it cannot be made candidate"
     )
+    assert len(kept) == 1
     assert tree_digest(sandbox.project_root) == before
 
 
