@@ -249,3 +249,12 @@ def run_at_terminal(
             answered = True
     os.close(master)
     return process.wait(), output.decode(errors="replace")
+
+
+def editor(box: Sandbox, name: str, code: str) -> str:
+    """An executable editor program running Python `code`; `path` is the file it was given."""
+    script = box.base / "bin" / name
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(f"#!{sys.executable}\nimport pathlib, sys\npath = pathlib.Path(sys.argv[1])\n{code}\n")
+    script.chmod(0o755)
+    return str(script)

@@ -5,20 +5,11 @@ from __future__ import annotations
 
 import fcntl
 import re
-import sys
 from pathlib import Path
 
-from tests.helpers import Sandbox, run_at_terminal
+from tests.helpers import Sandbox, editor, run_at_terminal
 
 TYPED = "Typed by hand: the release train leaves at noon."
-
-
-def editor(sandbox: Sandbox, name: str, code: str) -> str:
-    script = sandbox.base / "bin" / name
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(f"#!{sys.executable}\nimport pathlib, sys\npath = pathlib.Path(sys.argv[1])\n{code}\n")
-    script.chmod(0o755)
-    return str(script)
 
 
 def kept_draft(stderr: str) -> Path:

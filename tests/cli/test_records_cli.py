@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ESC, Sandbox, record_markdown, run_at_terminal, tree_digest
+from tests.helpers import ESC, Sandbox, editor, record_markdown, run_at_terminal, tree_digest
 
 SOME_ID = "01890a5d-ac96-774b-bcce-b302099a8057"
 OTHER_ID = "01890a5d-ac96-774b-bcce-b302099a8058"
@@ -54,15 +53,6 @@ def propose(sandbox: Sandbox, title: str, body: str) -> tuple[str, str]:
         ok(sandbox.sbuf("--project", "propose", "--title", title, "--body", body)).rstrip("\n").split("\t")
     )
     return record_id, outcome
-
-
-def editor(sandbox: Sandbox, name: str, code: str) -> str:
-    """An executable editor program; `path` is the file it was given."""
-    script = sandbox.base / "bin" / name
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(f"#!{sys.executable}\nimport pathlib, sys\npath = pathlib.Path(sys.argv[1])\n{code}\n")
-    script.chmod(0o755)
-    return str(script)
 
 
 def temp_leftovers(sandbox: Sandbox) -> list[str]:
