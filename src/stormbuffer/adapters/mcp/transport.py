@@ -181,9 +181,10 @@ def _id_in_value(value: Any) -> RequestId | None:
 
 
 def _id_in_text(text: str | bytes) -> RequestId | None:
+    """The id near the start of a message that could not be parsed (only its first `HEAD_BYTES` are read)."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    found = _ID_MEMBER.match(text)
+        text = text[:HEAD_BYTES].decode("utf-8", errors="replace")
+    found = _ID_MEMBER.match(text[:HEAD_BYTES])
     if found is None:
         return None
     try:
