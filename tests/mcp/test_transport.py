@@ -21,7 +21,8 @@ from tests.helpers import Sandbox, link_tree
 from tests.mcp.conftest import ACTIVE_ID, SOURCE, RawServer, Store, request
 
 # Every code point, unpaired surrogates included; `json.dumps` writes those as `\udXXX` escapes.
-ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
+SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
+ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None) | SURROGATES, max_size=40)
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | ANY_TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ANY_TEXT, inner, max_size=3),
