@@ -222,7 +222,7 @@ def test_doctor_and_repair(sandbox: Sandbox) -> None:
     (sandbox.project_root / "locks" / "stale.lock").write_text("")
     diagnosis = sandbox.sbuf("--project", "doctor")
     assert diagnosis.returncode == 1 and "failure: the SQLite projection cannot be opened" in diagnosis.stdout
-    assert "  Repair: run `sbuf reindex`" in diagnosis.stdout
+    assert "  Repair: run `sbuf --project reindex`" in diagnosis.stdout
 
     repaired = ok(sandbox.sbuf("--project", "doctor", "--repair"))
     assert "Repaired: rebuilt the disposable search projection" in repaired
