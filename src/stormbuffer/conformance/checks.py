@@ -9,7 +9,10 @@ run last.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -32,6 +35,7 @@ TOKEN = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
 SOURCE = {"kind": "conversation", "reference": "conformance:probe", "actor": "agent"}
 CANARY = "/srv/sbuf-conformance-canary"
 TEMPLATES = {"stormbuffer://record/{id}", "stormbuffer://scope/{scope}/records", "stormbuffer://candidate/{id}"}
+WORKERS = 4  # invoke processes at a time while fetching example answers
 # MCP write examples run in one session in this order (each sees the store the ones before left).
 WRITE_ORDER = ("update", "remember", "archive")
 
@@ -80,14 +84,19 @@ def arguments(example: Example) -> dict[str, Any]:
 class Run:
     """One run against the doors given: the throwaway store, the record of calls, and caches."""
 
-    def __init__(self, store: ThrowawayStore, invoke: list[str] | None, mcp: list[str] | None) -> None:
+    def __init__(
+        self, store: ThrowawayStore, invoke: list[str] | None, mcp: list[str] | None, selected: Iterable[str] = ()
+    ) -> None:
         self.store = store
+        self.selected = frozenset(selected)  # check ids whose example answers are fetched together
         self.recorder = Recorder()
         self.invoke = InvokeDoor(invoke, self.recorder) if invoke else None
         self.mcp_command = mcp
         self._answers: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._sessions: list[McpSession] = []
         self._probed: set[str] = set()
+        self._local = threading.local()
+        self._prefetched = self._mcp_done = False
 
     def close(self) -> None:
         for session in self._sessions:
@@ -98,14 +107,19 @@ class Run:
 
     # ---- places and sessions, made on first use ----------------------------------------------
 
-    @cached_property
+    @property
     def reads(self) -> Place:
-        """Shared by every call that must not change the store."""
-        return self.store.place()
+        """Shared by the calls of this thread that must not change the store."""
+        return self._shared(models=False)
 
-    @cached_property
-    def hybrid(self) -> Place:
-        return self.store.place(models=True)
+    def _shared(self, *, models: bool) -> Place:
+        """Each thread has its own: a read syncs the disposable index under a lock that a concurrent
+        read would find busy."""
+        key = "hybrid" if models else "reads"
+        if getattr(self._local, key, None) is None:
+            setattr(self._local, key, self.store.place(models=models))
+        place: Place = getattr(self._local, key)
+        return place
 
     @cached_property
     def scoped(self) -> Place:
@@ -128,6 +142,9 @@ class Run:
     def invoke_answer(self, example: Example, *, models: bool = False) -> dict[str, Any] | None:
         """`sbuf invoke`'s answer; with `models` (for a comparison with MCP) the model is present."""
         key = (INVOKE + "+model" if models and not example.hybrid else INVOKE, example.name)
+        if not self._prefetched:
+            self._prefetched = True
+            self._prefetch()
         if key not in self._answers:
             assert self.invoke is not None
             place = self._place_for(example, fresh=example.writes, models=models)
@@ -139,20 +156,46 @@ class Run:
             self._mcp_examples()
         return self._answers.get((MCP, example.name))
 
+    def _prefetch(self) -> None:
+        """The invoke answers the selected checks need, fetched by a few processes at a time."""
+        wanted = []
+        for example in examples():
+            compared = f"equivalence.{example.name}" in self.selected
+            if compared or f"invoke.example.{example.name}" in self.selected:
+                wanted.append((example, False))
+            if compared and example.operation == "context":
+                wanted.append((example, True))
+
+        def fetch(job: tuple[Example, bool]) -> None:
+            with suppress(Failed):  # the check reports it when it asks again
+                self.invoke_answer(job[0], models=job[1])
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(fetch, wanted))
+
     def _place_for(self, example: Example, *, fresh: bool, models: bool = False) -> Place:
-        if example.hybrid or models:
-            if self.store.model_cache() is None:
-                raise Failed("a hybrid example needs a prepared embedding model; run `sbuf init` first")
-            return self.store.place(models=True) if fresh else self.hybrid
-        return self.store.place() if fresh else self.reads
+        models = models or example.hybrid
+        if models and self.store.model_cache() is None:
+            raise Failed("a hybrid example needs a prepared embedding model; run `sbuf init` first")
+        return self.store.place(models=models) if fresh else self._shared(models=models)
 
     def _mcp_examples(self) -> None:
         """Every example MCP can send, in one session with the model present: reads and failures
-        first on an unchanged store, then the writes in `WRITE_ORDER`."""
+        first on an unchanged store, then the MCP probes (none writes), then the writes in
+        `WRITE_ORDER`."""
+        if self._mcp_done:
+            return
+        self._mcp_done = True
         chosen = [example for example in examples() if mcp_sendable(example)]
-        chosen.sort(key=lambda example: WRITE_ORDER.index(example.operation) + 1 if example.writes else 0)
+        writes = sorted((ex for ex in chosen if ex.writes), key=lambda example: WRITE_ORDER.index(example.operation))
         session = self.session(self.mcp_place(), "all")
-        for example in chosen:
+        for example in [ex for ex in chosen if not ex.writes]:
+            self._answers[(MCP, example.name)] = session.call(TOOLS[example.operation], arguments(example)).envelope
+        session.call("memory_recall", {"query": "release lockfile"})
+        session.call("memory_get", {"id": MISSING_ID})
+        session.call("memory_get", {"id": ACTIVE_ID, "profile_path": CANARY})
+        session.call("memory_remember", remember(f"token {TOKEN}", version=False))
+        for example in writes:
             self._answers[(MCP, example.name)] = session.call(TOOLS[example.operation], arguments(example)).envelope
 
     def mcp_place(self) -> Place:
@@ -160,26 +203,20 @@ class Run:
         adapter would otherwise prepare it for its first recall."""
         return self.store.place(models=self.store.model_cache() is not None)
 
-    # ---- probes: a few answers every aggregate check sees, whatever else the run selected -----
-
     def probe(self, door: str) -> None:
+        """The probes of a door: a few answers every aggregate check sees, whatever else was selected."""
+        if door == MCP:
+            self._mcp_examples()
+            return
         if door in self._probed:
             return
         self._probed.add(door)
-        if door == INVOKE:
-            assert self.invoke is not None
-            self.invoke.call(self.reads, "search", {"version": 1, "query": "release lockfile"})
-            self.invoke.call(self.reads, "context", {"version": 1, "query": "release lockfile"})
-            self.invoke.call(self.reads, "get", {"version": 1, "id": MISSING_ID})
-            self.invoke.call(self.reads, "search", {"version": 1, "query": "x", "profile_path": CANARY})
-            self.invoke.call(self.store.place(), "remember", remember(f"token {TOKEN}"))
-        else:
-            self._mcp_examples()
-            session = self.session(self.mcp_place(), "all")
-            session.call("memory_recall", {"query": "release lockfile"})
-            session.call("memory_get", {"id": MISSING_ID})
-            session.call("memory_get", {"id": ACTIVE_ID, "profile_path": CANARY})
-            session.call("memory_remember", remember(f"token {TOKEN}", version=False))
+        assert self.invoke is not None
+        self.invoke.call(self.reads, "search", {"version": 1, "query": "release lockfile"})
+        self.invoke.call(self.reads, "context", {"version": 1, "query": "release lockfile"})
+        self.invoke.call(self.reads, "get", {"version": 1, "id": MISSING_ID})
+        self.invoke.call(self.reads, "search", {"version": 1, "query": "x", "profile_path": CANARY})
+        self.invoke.call(self.store.place(), "remember", remember(f"token {TOKEN}"))
 
     def answers(self, door: str) -> list[Call]:
         self.probe(door)

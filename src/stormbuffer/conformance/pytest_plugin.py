@@ -98,8 +98,9 @@ def stormbuffer_mcp(request: pytest.FixtureRequest, stormbuffer_place: Place) ->
 def stormbuffer_run(request: pytest.FixtureRequest, stormbuffer_store: ThrowawayStore) -> Iterator[Run]:
     """One kit run shared by every `stormbuffer_check` test of the session."""
     from .checks import Run
+    from .runner import select
 
-    run = Run(stormbuffer_store, *_doors(request.config))
+    run = Run(stormbuffer_store, *_doors(request.config), selected=[check.id for check in select({"invoke", "mcp"})])
     try:
         yield run
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .checks import Check, Failed, Run, catalogue
@@ -70,18 +70,21 @@ def run(
     mcp: list[str] | None = None,
     patterns: Sequence[str] = (),
     progress: Callable[[Outcome], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Report:
     """Run the checks against `invoke` (e.g. `["sbuf"]`) and/or `mcp` (e.g. `["stormbuffer-mcp"]`)
-    in a throwaway store that is removed afterwards."""
+    in a throwaway store that is removed afterwards. `environ` (default `os.environ`) is the
+    environment the doors start from (PATH, and the prepared model its cache holds)."""
     doors = {door for door, command in ((INVOKE, invoke), (MCP, mcp)) if command}
     if not doors:
         raise ValueError("give at least one door to check")
     started = time.perf_counter()
     outcomes = []
-    with ThrowawayStore() as store:
-        session = Run(store, invoke, mcp)
+    with ThrowawayStore(environ) as store:
+        chosen = select(doors, patterns)
+        session = Run(store, invoke, mcp, selected=[check.id for check in chosen])
         try:
-            for check in select(doors, patterns):
+            for check in chosen:
                 outcome = run_check(check, session)
                 outcomes.append(outcome)
                 if progress is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -69,10 +71,11 @@ class Place:
 class ThrowawayStore:
     """The run's temporary directory; `place()` gives a fresh copy of the contract store in it."""
 
-    def __init__(self, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.caller = dict(os.environ if environ is None else environ)
-        self.root = Path(tempfile.mkdtemp(prefix="sbuf-conformance-")).resolve()
+        self.root = Path(tempfile.mkdtemp(prefix="sbuf-conformance-", dir=self.caller.get("TMPDIR"))).resolve()
         self._count = 0
+        self._lock = threading.Lock()
 
     def __enter__(self) -> ThrowawayStore:
         return self
@@ -94,8 +97,9 @@ class ThrowawayStore:
     def place(self, *, models: bool = False, global_store: bool = False) -> Place:
         """A fresh copy of the contract store; `models` links the caller's model cache in, and
         `global_store` adds an initialized global store holding one agent-readable record."""
-        self._count += 1
-        base = self.root / f"place-{self._count}"
+        with self._lock:
+            self._count += 1
+            base = self.root / f"place-{self._count}"
         env = {name: value for name, value in self.caller.items() if name not in _DROPPED}
         env = {name: value for name, value in env.items() if not name.startswith("STORMBUFFER_")}
         for name, folder in (("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"),
