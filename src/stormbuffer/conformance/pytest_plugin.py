@@ -96,11 +96,12 @@ def stormbuffer_mcp(request: pytest.FixtureRequest, stormbuffer_place: Place) ->
 
 @pytest.fixture(scope="session")
 def stormbuffer_run(request: pytest.FixtureRequest, stormbuffer_store: ThrowawayStore) -> Iterator[Run]:
-    """One kit run shared by every `stormbuffer_check` test of the session."""
+    """One kit run shared by every `stormbuffer_check` test of the session (those selected)."""
     from .checks import Run
-    from .runner import select
 
-    run = Run(stormbuffer_store, *_doors(request.config), selected=[check.id for check in select({"invoke", "mcp"})])
+    chosen = [item.callspec.params["stormbuffer_check"].id for item in request.session.items
+              if "stormbuffer_check" in getattr(getattr(item, "callspec", None), "params", {})]  # fmt: skip
+    run = Run(stormbuffer_store, *_doors(request.config), selected=chosen)
     try:
         yield run
     finally:
