@@ -8,10 +8,9 @@ import sys
 import click
 
 from .context import current, fail
-from .main import command
 
 
-@command("conformance", help="Check an implementation of the version-1 protocol against the contract.")
+@click.command("conformance")
 @click.option(
     "--invoke",
     "invoke",
@@ -36,8 +35,12 @@ from .main import command
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def conformance(invoke: tuple[str, ...], mcp: tuple[str, ...], patterns: tuple[str, ...], as_json: bool) -> None:
-    """Each door is a command line (quoted as one argument); give each door at most once. The checks
-    run in a throwaway store created for the run and removed afterwards. Exit status 0 iff all pass."""
+    """Check an implementation of the version-1 protocol against the contract.
+
+    Each door is a command line quoted as one argument; give --invoke, --mcp or both (then the two are
+    also compared). The checks run in a throwaway store made for the run and removed afterwards; each
+    is reported as pass or fail with a one-line reason. Exit status 0 iff every check passes.
+    """
     from stormbuffer.conformance import Outcome, run
     from stormbuffer.conformance.doors import parse_command
 

@@ -240,7 +240,7 @@ def judge(example: Example, envelope: dict[str, Any] | None) -> None:
     expected = mask_generated(example.operation, example.request, example.response)
     if example.hybrid:
         expected, actual = mask_semantic(expected), mask_semantic(actual)
-    found = difference(expected, actual)
+    found = difference(expected, actual, extra=True)
     expect(found is None, str(found))
 
 

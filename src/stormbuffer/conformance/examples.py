@@ -3,7 +3,8 @@
 Values that differ on every run are checked for their format and masked: `receipt_id` and
 `retrieved_at` of receipts, the generated `record_id` of proposal results and the generated `id` of
 supersede results. Scores may differ by 1e-9. An example whose response shows hybrid retrieval is
-compared structurally: scores, distances and the model version are checked for type only.
+compared structurally: scores, distances and the model version are checked for type only. Keys an
+answer adds to an example's objects are allowed (the schemas decide whether they may be there).
 """
 
 from __future__ import annotations
@@ -110,21 +111,25 @@ def mask_semantic(node: Any) -> Any:
     return node
 
 
-def difference(expected: Any, actual: Any, where: str = "$") -> str | None:
-    """The first place where `actual` differs from `expected`, as one line; None when they agree."""
+def difference(expected: Any, actual: Any, where: str = "$", *, extra: bool = False) -> str | None:
+    """The first place where `actual` differs from `expected`, as one line; None when they agree.
+
+    With `extra`, `actual` may hold keys `expected` does not: optional additions the schemas allow
+    (whether they do is the envelope check's business).
+    """
     if isinstance(expected, float) and isinstance(actual, (int, float)) and not isinstance(actual, bool):
         return None if abs(expected - actual) <= TOLERANCE else f"{where}: expected {expected}, got {actual}"
     if isinstance(expected, dict) and isinstance(actual, dict):
-        if sorted(expected) != sorted(actual):
-            missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
-            return f"{where}: missing keys {missing}, unexpected keys {extra}"
-        return next((found for key in expected if (found := difference(expected[key], actual[key], f"{where}.{key}"))),
-                    None)  # fmt: skip
+        missing, added = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+        if missing or (added and not extra):
+            return f"{where}: missing keys {missing}, unexpected keys {added}"
+        found = (difference(expected[key], actual[key], f"{where}.{key}", extra=extra) for key in expected)
+        return next((line for line in found if line), None)
     if isinstance(expected, list) and isinstance(actual, list):
         if len(expected) != len(actual):
             return f"{where}: expected {len(expected)} items, got {len(actual)}"
         pairs = enumerate(zip(expected, actual, strict=True))
-        return next((found for i, (a, b) in pairs if (found := difference(a, b, f"{where}[{i}]"))), None)
+        return next((line for i, (a, b) in pairs if (line := difference(a, b, f"{where}[{i}]", extra=extra))), None)
     if type(expected) is not type(actual) or expected != actual:
         return f"{where}: expected {_short(expected)}, got {_short(actual)}"
     return None
