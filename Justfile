@@ -23,9 +23,12 @@ test *args:
 # Everything CI checks: lint, then the tests.
 check: lint test
 
-# Render the protocol reference in docs/reference/ (Markdown and HTML) from schema/v1/.
+# Render the protocol reference in docs/reference/ and the single-file schemas in schema/v1/bundled/
+# from schema/v1/, then build the documentation site into site/ (warnings are errors).
 docs:
     {{python}} scripts/render_schema_docs.py
+    {{python}} scripts/bundle_schemas.py
+    NO_MKDOCS_2_WARNING=1 {{python}} -m mkdocs build --strict
 
 # Every benchmark, saved to bench/results/*.json (long on a small machine: run one script to iterate).
 bench:

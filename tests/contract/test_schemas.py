@@ -348,3 +348,9 @@ def test_wheel_ships_schemas_and_models(tmp_path: Path) -> None:
     for module in MODELS_DIR.glob("*.py"):
         assert f"stormbuffer_models/{module.name}" in names
     assert "stormbuffer/protocol/schemas.py" in names
+    for bundle in (SCHEMA_DIR / "bundled").glob("*.schema.json"):
+        assert f"stormbuffer/schema/v1/bundled/{bundle.name}" in names
+    for record in (STORE / "records").glob("*.md"):  # the conformance kit's store
+        assert f"stormbuffer/conformance/contract_store/records/{record.name}" in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))
+    assert b"[pytest11]\nstormbuffer = stormbuffer.conformance.pytest_plugin" in entry_points

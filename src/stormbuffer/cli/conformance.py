@@ -1,0 +1,74 @@
+"""`sbuf conformance`: run the version-1 contract checks against any implementation's doors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .context import current, fail
+
+
+@click.command("conformance")
+@click.option(
+    "--invoke",
+    "invoke",
+    multiple=True,
+    metavar="CMD",
+    help="A program speaking `CMD --project invoke <operation>` (e.g. `sbuf`).",
+)
+@click.option(
+    "--mcp",
+    "mcp",
+    multiple=True,
+    metavar="CMD",
+    help="A program speaking `CMD --stdio --project [--allow-writes]` (e.g. `stormbuffer-mcp`).",
+)
+@click.option(
+    "-k",
+    "--select",
+    "patterns",
+    multiple=True,
+    metavar="GLOB",
+    help="Run only the checks whose id matches (e.g. 'mcp.*'); repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def conformance(invoke: tuple[str, ...], mcp: tuple[str, ...], patterns: tuple[str, ...], as_json: bool) -> None:
+    """Check an implementation of the version-1 protocol against the contract.
+
+    Each door is a command line quoted as one argument; give --invoke, --mcp or both (then the two are
+    also compared). The checks run in a throwaway store made for the run and removed afterwards; each
+    is reported as pass or fail with a one-line reason. Exit status 0 iff every check passes.
+    """
+    from stormbuffer.conformance import Outcome, run
+    from stormbuffer.conformance.doors import parse_command
+
+    if not invoke and not mcp:
+        raise click.UsageError("give --invoke CMD, --mcp CMD or both")
+    if len(invoke) > 1 or len(mcp) > 1:
+        raise click.UsageError("give each door once")
+    try:
+        doors = [parse_command(door[0]) if door else None for door in (invoke, mcp)]
+    except ValueError:
+        fail("a door's command is empty or badly quoted")
+    out, err = current().out(), current().err()
+
+    def show(outcome: Outcome) -> None:
+        mark = out.success("pass") if outcome.passed else out.failure("FAIL")
+        if as_json:
+            if sys.stderr.isatty():
+                click.echo(f"{'pass' if outcome.passed else 'FAIL'} {outcome.id}", err=True)
+        else:
+            click.echo(f"{mark} {outcome.id}: {outcome.reason}", color=True)
+
+    report = run(invoke=doors[0], mcp=doors[1], patterns=patterns, progress=show)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        failed = report.failed()
+        summary = f"{len(report.outcomes) - len(failed)} passed, {len(failed)} failed in {report.seconds:.1f} s"
+        click.echo((err.failure(summary) if failed else err.success(summary)) if failed else summary, color=True)
+    if not report.outcomes:
+        fail("no check matches the selection")
+    sys.exit(0 if report.passed else 1)

@@ -1,0 +1,33 @@
+"""Typed clients for the version-1 protocol, returning the Pydantic models generated from `schema/v1`.
+
+`InvokeClient` runs `sbuf invoke` once per request; `McpClient` keeps one `stormbuffer-mcp` session
+over stdio. A success gives the operation's result model (`stormbuffer_models`), a failure raises
+`ProtocolFailure` with the envelope's stable `code` and fixed `message`:
+
+    from stormbuffer.client import InvokeClient
+
+    hits = InvokeClient(view="project").search(query="release lockfile", limit=5)
+    for hit in hits.root:
+        print(hit.record_id, hit.title)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .invoke import Exchange, InvokeClient
+from .models import ProtocolFailure, parse_envelope, result_model
+
+if TYPE_CHECKING:
+    from .mcp import McpClient
+
+__all__ = ["Exchange", "InvokeClient", "McpClient", "ProtocolFailure", "parse_envelope", "result_model"]
+
+
+def __getattr__(name: str) -> Any:
+    """`McpClient` imports the MCP SDK, so it is loaded only when asked for."""
+    if name == "McpClient":
+        from .mcp import McpClient
+
+        return McpClient
+    raise AttributeError(name)

@@ -1,0 +1,561 @@
+"""The version-1 contract as named checks, each of which passes or fails with a one-line reason.
+
+Checks are grouped by door: `invoke.*` run `sbuf invoke`, `mcp.*` run `stormbuffer-mcp`, and
+`equivalence.*` compare the two. `*.example.<operation>/<case>` run one `schema/v1` example; the
+aggregate checks (`envelopes`, `transport`, `structured-content`, `sanitized`, `bounds.output`)
+judge every answer the run received through their door, after a few probes of their own, so they
+run last.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from stormbuffer.core.ids import is_canonical_uuid
+from stormbuffer.core.secrets import contains_secret
+from stormbuffer.core.timestamps import Timestamp
+
+from . import messages
+from .doors import INVOKE, MCP, TOOLS, Call, InvokeDoor, McpSession, Recorder
+from .examples import Example, difference, examples, mask_generated, mask_semantic
+from .store import GLOBAL_RECORD_ID, PROJECT_SCOPE, Place, ThrowawayStore
+
+MAX_INVOKE_INPUT = 262144
+MAX_INVOKE_OUTPUT = 262144  # the line, newline included
+MAX_MCP_ENVELOPE = 122880
+ACTIVE_ID = "0194d2a1-1111-7a01-8a01-000000000001"
+MISSING_ID = "0194d2a1-0000-7a00-8a00-000000000000"
+TOKEN = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
+SOURCE = {"kind": "conversation", "reference": "conformance:probe", "actor": "agent"}
+CANARY = "/srv/sbuf-conformance-canary"
+TEMPLATES = {"stormbuffer://record/{id}", "stormbuffer://scope/{scope}/records", "stormbuffer://candidate/{id}"}
+WORKERS = 4  # invoke processes at a time while fetching example answers
+# MCP write examples run in one session in this order (each sees the store the ones before left).
+WRITE_ORDER = ("update", "remember", "archive")
+
+
+class Failed(Exception):
+    """A check failed; the message is its one-line reason."""
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    doors: frozenset[str]
+    summary: str
+    run: Callable[[Run], None]
+    aggregate: bool = False
+
+
+def expect(condition: bool, reason: str) -> None:
+    if not condition:
+        raise Failed(reason)
+
+
+def mcp_sendable(example: Example) -> bool:
+    """Examples an MCP tool can send: a tool's operation, and nothing only the command line checks."""
+    request = example.request
+    code = example.response.get("error", {}).get("code")
+    return (
+        example.operation in TOOLS
+        and isinstance(request, dict)
+        and request.get("version") == 1
+        and "operation" not in request
+        and code not in ("invalid_json", "input_too_large")
+    )
+
+
+def lexical_recall(example: Example) -> bool:
+    """A successful lexical `context` example. The MCP adapter prepares the model itself, so its recall
+    is hybrid: such examples hold for `sbuf invoke` only (MCP is compared with a hybrid invoke)."""
+    return example.operation == "context" and example.response["ok"] is True and not example.hybrid
+
+
+def arguments(example: Example) -> dict[str, Any]:
+    return {key: value for key, value in example.request.items() if key != "version"}
+
+
+class Run:
+    """One run against the doors given: the throwaway store, the record of calls, and caches."""
+
+    def __init__(
+        self, store: ThrowawayStore, invoke: list[str] | None, mcp: list[str] | None, selected: Iterable[str] = ()
+    ) -> None:
+        self.store = store
+        self.selected = frozenset(selected)  # check ids whose example answers are fetched together
+        self.recorder = Recorder()
+        self.invoke = InvokeDoor(invoke, self.recorder) if invoke else None
+        self.mcp_command = mcp
+        self._answers: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._sessions: list[McpSession] = []
+        self._probed: set[str] = set()
+        self._local = threading.local()
+        self._prefetched = self._mcp_done = False
+
+    def close(self) -> None:
+        for session in self._sessions:
+            try:
+                session.close()
+            except Exception:  # a broken server must not hide the report
+                pass
+
+    # ---- places and sessions, made on first use ----------------------------------------------
+
+    @property
+    def reads(self) -> Place:
+        """Shared by the calls of this thread that must not change the store."""
+        return self._shared(models=False)
+
+    def _shared(self, *, models: bool) -> Place:
+        """Each thread has its own: a read syncs the disposable index under a lock that a concurrent
+        read would find busy."""
+        key = "hybrid" if models else "reads"
+        if getattr(self._local, key, None) is None:
+            setattr(self._local, key, self.store.place(models=models))
+        place: Place = getattr(self._local, key)
+        return place
+
+    @cached_property
+    def scoped(self) -> Place:
+        """The contract store plus an initialized global store with one record (and the model, if any)."""
+        return self.store.place(global_store=True, models=self.store.model_cache() is not None)
+
+    def session(self, place: Place, writes: str) -> McpSession:
+        assert self.mcp_command is not None
+        session = McpSession(self.mcp_command, self.recorder, place, writes)
+        self._sessions.append(session)
+        return session
+
+    @cached_property
+    def read_only(self) -> McpSession:
+        """A session without a write grant on the scoped place."""
+        return self.session(self.scoped, "none")
+
+    # ---- example answers ----------------------------------------------------------------------
+
+    def invoke_answer(self, example: Example, *, models: bool = False) -> dict[str, Any] | None:
+        """`sbuf invoke`'s answer; with `models` (for a comparison with MCP) the model is present."""
+        key = (INVOKE + "+model" if models and not example.hybrid else INVOKE, example.name)
+        if not self._prefetched:
+            self._prefetched = True
+            self._prefetch()
+        if key not in self._answers:
+            assert self.invoke is not None
+            place = self._place_for(example, fresh=example.writes, models=models)
+            self._answers[key] = self.invoke.call(place, example.operation, example.request).envelope
+        return self._answers[key]
+
+    def mcp_answer(self, example: Example) -> dict[str, Any] | None:
+        if (MCP, example.name) not in self._answers:
+            self._mcp_examples()
+        return self._answers.get((MCP, example.name))
+
+    def _prefetch(self) -> None:
+        """The invoke answers the selected checks need, fetched by a few processes at a time."""
+        wanted = []
+        for example in examples():
+            compared = f"equivalence.{example.name}" in self.selected
+            if compared or f"invoke.example.{example.name}" in self.selected:
+                wanted.append((example, False))
+            if compared and example.operation == "context":
+                wanted.append((example, True))
+
+        def fetch(job: tuple[Example, bool]) -> None:
+            with suppress(Failed):  # the check reports it when it asks again
+                self.invoke_answer(job[0], models=job[1])
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(fetch, wanted))
+
+    def _place_for(self, example: Example, *, fresh: bool, models: bool = False) -> Place:
+        models = models or example.hybrid
+        if models and self.store.model_cache() is None:
+            raise Failed("a hybrid example needs a prepared embedding model; run `sbuf init` first")
+        return self.store.place(models=models) if fresh else self._shared(models=models)
+
+    def _mcp_examples(self) -> None:
+        """Every example MCP can send, in one session with the model present: reads and failures
+        first on an unchanged store, then the MCP probes (none writes), then the writes in
+        `WRITE_ORDER`."""
+        if self._mcp_done:
+            return
+        self._mcp_done = True
+        chosen = [example for example in examples() if mcp_sendable(example)]
+        writes = sorted((ex for ex in chosen if ex.writes), key=lambda example: WRITE_ORDER.index(example.operation))
+        session = self.session(self.mcp_place(), "all")
+        for example in [ex for ex in chosen if not ex.writes]:
+            self._answers[(MCP, example.name)] = session.call(TOOLS[example.operation], arguments(example)).envelope
+        session.call("memory_recall", {"query": "release lockfile"})
+        session.call("memory_get", {"id": MISSING_ID})
+        session.call("memory_get", {"id": ACTIVE_ID, "profile_path": CANARY})
+        session.call("memory_remember", remember(f"token {TOKEN}", version=False))
+        for example in writes:
+            self._answers[(MCP, example.name)] = session.call(TOOLS[example.operation], arguments(example)).envelope
+
+    def mcp_place(self) -> Place:
+        """A fresh place for an MCP session; the model is linked in when there is one, since the
+        adapter would otherwise prepare it for its first recall."""
+        return self.store.place(models=self.store.model_cache() is not None)
+
+    def probe(self, door: str) -> None:
+        """The probes of a door: a few answers every aggregate check sees, whatever else was selected."""
+        if door == MCP:
+            self._mcp_examples()
+            return
+        if door in self._probed:
+            return
+        self._probed.add(door)
+        assert self.invoke is not None
+        self.invoke.call(self.reads, "search", {"version": 1, "query": "release lockfile"})
+        self.invoke.call(self.reads, "context", {"version": 1, "query": "release lockfile"})
+        self.invoke.call(self.reads, "get", {"version": 1, "id": MISSING_ID})
+        self.invoke.call(self.reads, "search", {"version": 1, "query": "x", "profile_path": CANARY})
+        self.invoke.call(self.store.place(), "remember", remember(f"token {TOKEN}"))
+
+    def answers(self, door: str) -> list[Call]:
+        self.probe(door)
+        return self.recorder.of(door)
+
+
+def remember(body: str, *, version: bool = True) -> dict[str, Any]:
+    request = {"title": "Conformance probe", "kind": "fact", "body": body, "source": SOURCE}
+    return {"version": 1, **request} if version else request
+
+
+# ---- example checks ---------------------------------------------------------------------------
+
+
+def judge(example: Example, envelope: dict[str, Any] | None) -> None:
+    expect(envelope is not None, "no envelope came back")
+    try:
+        actual = mask_generated(example.operation, example.request, envelope)
+    except ValueError as exc:
+        raise Failed(str(exc)) from None
+    expected = mask_generated(example.operation, example.request, example.response)
+    if example.hybrid:
+        expected, actual = mask_semantic(expected), mask_semantic(actual)
+    found = difference(expected, actual, extra=True)
+    expect(found is None, str(found))
+
+
+def invoke_example(example: Example) -> Callable[[Run], None]:
+    return lambda run: judge(example, run.invoke_answer(example))
+
+
+def mcp_example(example: Example) -> Callable[[Run], None]:
+    return lambda run: judge(example, run.mcp_answer(example))
+
+
+def equivalent(example: Example) -> Callable[[Run], None]:
+    def check(run: Run) -> None:
+        left, right = run.invoke_answer(example, models=example.operation == "context"), run.mcp_answer(example)
+        expect(left is not None and right is not None, "a door gave no envelope")
+        try:
+            masked = [mask_generated(example.operation, example.request, answer) for answer in (left, right)]
+        except ValueError as exc:
+            raise Failed(str(exc)) from None
+        if example.hybrid or example.operation == "context":
+            masked = [mask_semantic(answer) for answer in masked]
+        found = difference(masked[0], masked[1])
+        expect(found is None, f"invoke and MCP differ: {found}")
+
+    return check
+
+
+# ---- behaviours (reference-protocol §15) and bounds through `sbuf invoke` ------------------------
+
+
+def _code(call: Call) -> str | None:
+    envelope = call.envelope or {}
+    return envelope.get("error", {}).get("code") if envelope.get("ok") is False else ("ok" if envelope else None)
+
+
+def expect_code(call: Call, code: str) -> None:
+    expect(_code(call) == code, f"{call.operation}: expected {code}, got {_code(call)}")
+
+
+def invalid_json(run: Run) -> None:
+    assert run.invoke is not None
+    expect_code(run.invoke.call(run.reads, "search", raw=b"{not-json"), "invalid_json")
+
+
+def unknown_operation(run: Run) -> None:
+    assert run.invoke is not None
+    call = run.invoke.call(run.reads, "frobnicate", {"version": 1})
+    expect_code(call, "unknown_operation")
+    expect((call.envelope or {}).get("operation") == "frobnicate", "the envelope does not repeat the operation")
+
+
+def path_denied(run: Run) -> None:
+    assert run.invoke is not None
+    call = run.invoke.call(run.reads, "search", {"version": 1, "query": "x", "path": CANARY})
+    expect_code(call, "path_denied")
+    expect(CANARY not in call.text, "the answer echoes the path")
+
+
+def fresh_receipts(run: Run) -> None:
+    assert run.invoke is not None
+    calls = [run.invoke.call(run.reads, "context", {"version": 1, "query": "release"}) for _ in range(2)]
+    ids, receipts = [], []
+    for call in calls:
+        expect_code(call, "ok")
+        receipt = dict((call.envelope or {})["result"]["receipt"])
+        ids.append(receipt.pop("receipt_id", None))
+        expect(is_canonical_uuid(ids[-1]), "receipt_id is not a UUID")
+        try:
+            Timestamp.parse(receipt.pop("retrieved_at", None))
+        except Exception:
+            raise Failed("retrieved_at is not an RFC 3339 timestamp") from None
+        receipts.append(receipt)
+    expect(ids[0] != ids[1], "two calls share a receipt_id")
+    expect(receipts[0] == receipts[1], "two identical calls differ beyond receipt_id and retrieved_at")
+
+
+def secret_guard(run: Run) -> None:
+    assert run.invoke is not None
+    place = run.store.place()
+    before = place.record_files()
+    for operation, request in (
+        ("remember", remember(f"Deploy with {TOKEN} today.")),
+        ("update", {"version": 1, "id": ACTIVE_ID, "body": f"Authorization: Bearer {TOKEN}", "source": SOURCE}),
+    ):
+        call = run.invoke.call(place, operation, request)
+        expect_code(call, "secret_detected")
+        expect(TOKEN not in call.text, f"{operation}: the answer echoes the secret")
+        expect(place.record_files() == before, f"{operation}: a record file was written")
+
+
+def recall_scopes(recall: Callable[[dict[str, Any]], Call]) -> None:
+    """A scope filter narrows recall: each filter returns only its own scope's blocks."""
+    both = set()
+    for scope in ("global", PROJECT_SCOPE):
+        call = recall({"query": "release", "scope": scope})
+        expect_code(call, "ok")
+        blocks = (call.envelope or {})["result"]["blocks"]
+        scopes = {block["scope"] for block in blocks}
+        expect(bool(blocks), f"scope {scope}: no block, though a record of that scope matches")
+        expect(scopes == {scope}, f"scope filter {scope} returned blocks of {sorted(scopes)}")
+        both |= {block["record_id"] for block in blocks}
+    expect(GLOBAL_RECORD_ID in both, "the global record was not recalled")
+
+
+def invoke_recall_scope(run: Run) -> None:
+    assert run.invoke is not None
+    invoke = run.invoke
+    recall_scopes(lambda request: invoke.call(run.scoped, "context", {"version": 1, **request}))
+
+
+def input_bound(run: Run) -> None:
+    assert run.invoke is not None
+    data = b'{"version":1,"query":"' + b"x" * MAX_INVOKE_INPUT + b'"}'
+    expect_code(run.invoke.call(run.reads, "search", raw=data), "input_too_large")
+
+
+# ---- MCP listings and write grants -----------------------------------------------------------------
+
+
+def mcp_initialize(run: Run) -> None:
+    initialized = run.read_only.client.initialized
+    expect(initialized.server_info.name == "stormbuffer-mcp", f"serverInfo.name is {initialized.server_info.name!r}")
+    expect("project store" in (initialized.instructions or ""), "the instructions do not name the project store")
+
+
+def mcp_tools(run: Run) -> None:
+    from stormbuffer.protocol import schemas
+
+    wanted = schemas.load("mcp-tools")["$defs"]
+    tools = run.read_only.client.tools()
+    names = [tool.name for tool in tools]
+    expect(sorted(names) == sorted(wanted), f"tools are {names}, expected {sorted(wanted)}")
+    expect(names == sorted(names), "tools are not listed in name order")
+    for tool in tools:
+        definition = wanted[tool.name]
+        mcp = definition["x-mcp"]
+        expect(tool.description == mcp["description"], f"{tool.name}: description differs")
+        hints = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
+        hints.pop("title", None)
+        expect(hints == mcp["annotations"], f"{tool.name}: annotations are {hints}")
+        schema = tool.input_schema
+        expect(schema.get("required") == definition["required"], f"{tool.name}: required is {schema.get('required')}")
+        expect(schema.get("additionalProperties") is False, f"{tool.name}: additional properties are allowed")
+        expect(set(schema.get("properties", {})) == set(definition["properties"]), f"{tool.name}: properties differ")
+
+
+def mcp_resources(run: Run) -> None:
+    client = run.read_only.client
+    templates = {template.uri_template for template in client.resource_templates()}
+    expect(templates == TEMPLATES, f"resource templates are {sorted(templates)}")
+    expect(client.resources() == [], "resources/list is not empty")
+
+
+def mcp_read_only(run: Run) -> None:
+    session = run.read_only
+    before = run.scoped.record_files()
+    for tool, args in (
+        ("memory_remember", remember("Deploys happen after the release check.", version=False)),
+        ("memory_update", {"id": ACTIVE_ID, "body": "Release builds may resolve versions.", "source": SOURCE}),
+        ("memory_forget", {"id": ACTIVE_ID}),
+    ):
+        call = session.call(tool, args)
+        expect_code(call, "permission_denied")
+        message = (call.envelope or {}).get("error", {}).get("message")
+        expect(message == messages.WRITES_DISABLED, f"{tool}: message is {message!r}")
+        expect(run.scoped.record_files() == before, f"{tool}: a record file was written without a write grant")
+
+
+def mcp_candidate_writes(run: Run) -> None:
+    """With `--allow-candidate-writes`, remember and update make candidates; forget is refused."""
+    place = run.mcp_place()
+    session = run.session(place, "candidates")
+    target = f"{ACTIVE_ID}.md"
+    before = place.record_files()[target]
+    for tool, args in (
+        ("memory_remember", remember("Deploys happen after the release check.", version=False)),
+        ("memory_update", {"id": ACTIVE_ID, "body": "Release builds may resolve versions.", "source": SOURCE}),
+    ):
+        call = session.call(tool, args)
+        expect_code(call, "ok")
+        outcome = (call.envelope or {})["result"].get("outcome")
+        expect(outcome == "requires_approval", f"{tool}: outcome {outcome!r}, expected requires_approval")
+    call = session.call("memory_forget", {"id": ACTIVE_ID})
+    expect_code(call, "permission_denied")
+    message = (call.envelope or {}).get("error", {}).get("message")
+    expect(message == messages.CANDIDATES_ONLY, f"memory_forget: message is {message!r}")
+    expect(place.record_files()[target] == before, "memory_forget changed the record without the grant")
+
+
+def mcp_recall_scope(run: Run) -> None:
+    session = run.read_only
+    recall_scopes(lambda arguments: session.call("memory_recall", arguments))
+
+
+# ---- aggregate checks over every answer of a door ----------------------------------------------------
+
+
+def each_answer(door: str, problem: Callable[[Run, Call], str | None]) -> Callable[[Run], None]:
+    def check(run: Run) -> None:
+        calls = run.answers(door)
+        found = [(call, text) for call in calls if (text := problem(run, call))]
+        if found:
+            call, text = found[0]
+            raise Failed(f"{call.operation}: {text} ({len(found)} of {len(calls)} answers)")
+
+    return check
+
+
+def envelope_problem(_run: Run, call: Call) -> str | None:
+    from stormbuffer.protocol.invoke import validate_envelope
+
+    if call.envelope is None:
+        return "no envelope"
+    problems = validate_envelope(call.envelope)
+    if problems:
+        return problems[0]
+    if call.envelope["operation"] != call.operation:
+        return f"operation is {call.envelope['operation']!r}"
+    return None
+
+
+def recorded_problem(_run: Run, call: Call) -> str | None:
+    """The first transport rule the answer broke (as the door recorded it)."""
+    return call.problems[0] if call.problems else None
+
+
+def sanitization_problem(run: Run, call: Call) -> str | None:
+    if str(run.store.root) in call.text:
+        return "the answer contains a host path"
+    if "Traceback (most recent call last)" in call.text or 'File "' in call.text:
+        return "the answer contains a traceback"
+    envelope = call.envelope or {}
+    if envelope.get("ok") is not False:
+        return None
+    error = envelope.get("error") or {}
+    code, message = str(error.get("code")), str(error.get("message"))
+    if any(secret in call.text for secret in secrets(call.request)):
+        return "the answer echoes a secret from the request"
+    if contains_secret(message):
+        return "the message contains credential-like material"
+    if not messages.is_fixed(code, message):
+        return f"{code}: {message[:60]!r} is not a fixed message"
+    return None
+
+
+def secrets(request: Any) -> Iterator[str]:
+    """Credential-like words anywhere in a request."""
+    if isinstance(request, dict):
+        for value in request.values():
+            yield from secrets(value)
+    elif isinstance(request, list):
+        for item in request:
+            yield from secrets(item)
+    elif isinstance(request, str):
+        yield from (word for word in request.split() if len(word) >= 8 and contains_secret(word))
+
+
+def size_problem(limit: int) -> Callable[[Run, Call], str | None]:
+    def problem(_run: Run, call: Call) -> str | None:
+        size = len(call.text.encode("utf-8"))
+        return f"an answer of {size} bytes exceeds {limit}" if size > limit else None
+
+    return problem
+
+
+# ---- the catalogue ----------------------------------------------------------------------------------
+
+
+def catalogue() -> list[Check]:
+    """Every check, in the order a run makes them (aggregate checks last)."""
+    both = frozenset({INVOKE, MCP})
+    invoke, mcp = frozenset({INVOKE}), frozenset({MCP})
+    found = [Check(f"invoke.example.{ex.name}", invoke, f"`sbuf invoke {ex.operation}`: {ex.case}", invoke_example(ex))
+             for ex in examples()]  # fmt: skip
+    found += [
+        Check("invoke.behaviour.invalid-json", invoke, "text that is not JSON is invalid_json", invalid_json),
+        Check("invoke.behaviour.unknown-operation", invoke, "an unknown operation is named back", unknown_operation),
+        Check("invoke.behaviour.path-denied", invoke, "a `path` key is path_denied, its value not echoed", path_denied),
+        Check("invoke.behaviour.receipt", invoke, "identical recalls differ only in receipt id, time", fresh_receipts),
+        Check("invoke.behaviour.secret-guard", invoke, "secrets are refused and nothing is written", secret_guard),
+        Check("invoke.behaviour.scope-filter", invoke, "a scope filter narrows recall", invoke_recall_scope),
+        Check("invoke.bounds.input", invoke, "more than 262144 bytes of input is input_too_large", input_bound),
+        Check("mcp.initialize", mcp, "server name and instructions", mcp_initialize),
+        Check("mcp.tools", mcp, "exactly the five tools, with their annotations and arguments", mcp_tools),
+        Check("mcp.resources", mcp, "no resources and the three resource templates", mcp_resources),
+        Check("mcp.read-only", mcp, "without a write grant every write tool is refused", mcp_read_only),
+        Check(
+            "mcp.candidate-writes",
+            mcp,
+            "the candidate grant allows remember and update, not forget",
+            mcp_candidate_writes,
+        ),
+        Check("mcp.recall-scope", mcp, "a scope filter narrows memory_recall", mcp_recall_scope),
+    ]
+    sendable = [example for example in examples() if mcp_sendable(example)]
+    found += [Check(f"mcp.example.{ex.name}", mcp, f"`{TOOLS[ex.operation]}`: {ex.case}", mcp_example(ex))
+              for ex in sendable if not lexical_recall(ex)]  # fmt: skip
+    found += [Check(f"equivalence.{ex.name}", both, "invoke and MCP give the same envelope", equivalent(ex))
+              for ex in sendable]  # fmt: skip
+    found += [
+        Check("invoke.envelopes", invoke, "every envelope is valid against its schemas",
+              each_answer(INVOKE, envelope_problem), aggregate=True),
+        Check("invoke.transport", invoke, "one line on stdout, nothing on stderr, exit status 0 iff ok",
+              each_answer(INVOKE, recorded_problem), aggregate=True),
+        Check("invoke.sanitized", invoke, "no host path, traceback or echoed secret; fixed messages",
+              each_answer(INVOKE, sanitization_problem), aggregate=True),
+        Check("invoke.bounds.output", invoke, "every answer line is at most 262144 bytes",
+              each_answer(INVOKE, size_problem(MAX_INVOKE_OUTPUT)), aggregate=True),
+        Check("mcp.envelopes", mcp, "every envelope is valid against its schemas",
+              each_answer(MCP, envelope_problem), aggregate=True),
+        Check("mcp.structured-content", mcp, "content[0].text is structuredContent; isError iff not ok",
+              each_answer(MCP, recorded_problem), aggregate=True),
+        Check("mcp.sanitized", mcp, "no host path, traceback or echoed secret; fixed messages",
+              each_answer(MCP, sanitization_problem), aggregate=True),
+        Check("mcp.bounds.output", mcp, "every tool envelope is at most 122880 bytes",
+              each_answer(MCP, size_problem(MAX_MCP_ENVELOPE)), aggregate=True),
+    ]  # fmt: skip
+    return found

@@ -1,0 +1,119 @@
+"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`) and the record of every call made through them.
+
+Each call keeps what the aggregate checks need: the request, the raw answer text, the parsed
+envelope and, for MCP, whether the tool result kept its shape rules. Checks that look at every
+answer (schemas, sanitization, bounds) read these records.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stormbuffer.client.invoke import InvokeClient
+
+from .store import Place
+
+INVOKE = "invoke"
+MCP = "mcp"
+TOOLS = {"context": "memory_recall", "get": "memory_get", "remember": "memory_remember", "update": "memory_update",
+         "archive": "memory_forget"}  # fmt: skip
+OPERATION_OF = {tool: operation for operation, tool in TOOLS.items()}
+
+
+@dataclass
+class Call:
+    """One request through one door and what came back."""
+
+    door: str
+    operation: str
+    request: Any
+    text: str  # the answer as sent: the stdout line, or the tool result's text content
+    envelope: dict[str, Any] | None
+    problems: list[str] = field(default_factory=list)  # transport rules the answer broke
+
+
+def parse_command(command: str | Sequence[str]) -> list[str]:
+    """A command given as one shell-quoted string (`"python wrapper.py"`) or as its arguments."""
+    words = shlex.split(command) if isinstance(command, str) else list(command)
+    if not words:
+        raise ValueError("the command is empty")
+    return words
+
+
+class Recorder:
+    """Every call of the run, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def add(self, call: Call) -> Call:
+        with self._lock:
+            self.calls.append(call)
+        return call
+
+    def of(self, door: str) -> list[Call]:
+        return [call for call in self.calls if call.door == door]
+
+
+class InvokeDoor:
+    """`<command> --project invoke <operation>`, run in a place of the throwaway store."""
+
+    def __init__(self, command: Sequence[str], recorder: Recorder) -> None:
+        self.command = list(command)
+        self.recorder = recorder
+
+    def call(self, place: Place, operation: str, request: Any = None, *, raw: bytes | None = None) -> Call:
+        data = raw if raw is not None else json.dumps(request, ensure_ascii=False).encode("utf-8")
+        client = InvokeClient(self.command, view="project", cwd=place.cwd, env=place.env)
+        done = client.exchange(operation, data)
+        text = done.stdout.decode("utf-8", errors="replace")
+        problems = []
+        if done.stderr:
+            problems.append("wrote to standard error")
+        if not done.stdout.endswith(b"\n") or done.stdout.count(b"\n") != 1:
+            problems.append("standard output is not exactly one line")
+        try:
+            envelope = done.envelope()
+        except ValueError:
+            envelope = None
+            problems.append("standard output is not one JSON object")
+        if envelope is not None and done.returncode != (0 if envelope.get("ok") is True else 1):
+            problems.append(f"exit status {done.returncode} does not match ok={envelope.get('ok')}")
+        return self.recorder.add(Call(INVOKE, operation, request if raw is None else raw, text, envelope, problems))
+
+
+class McpSession:
+    """One `<command> --stdio --project [grant]` session in a place of the throwaway store."""
+
+    def __init__(self, command: Sequence[str], recorder: Recorder, place: Place, writes: str) -> None:
+        from stormbuffer.client.mcp import McpClient
+
+        self.recorder = recorder
+        self.client = McpClient(command, view="project", writes=writes, cwd=place.cwd, env=place.env)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> Call:
+        from mcp_types import TextContent
+
+        result = self.client.call_tool(tool, arguments)
+        problems = []
+        text = result.content[0].text if result.content and isinstance(result.content[0], TextContent) else ""
+        structured = result.structured_content
+        if len(result.content) != 1 or not isinstance(result.content[0], TextContent):
+            problems.append("the tool result does not hold exactly one text content item")
+        if not isinstance(structured, dict):
+            problems.append("the tool result has no structuredContent object")
+        elif text != json.dumps(structured, sort_keys=True, separators=(",", ":"), ensure_ascii=False):
+            problems.append("content[0].text is not the compact JSON of structuredContent")
+        elif result.is_error is not (structured.get("ok") is not True):
+            problems.append(f"isError={result.is_error} does not match ok={structured.get('ok')}")
+        envelope = structured if isinstance(structured, dict) else None
+        return self.recorder.add(Call(MCP, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))

@@ -1,0 +1,94 @@
+"""Running the checks against the doors given and reporting each as pass or fail."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .checks import Check, Failed, Run, catalogue
+from .doors import INVOKE, MCP
+from .store import ThrowawayStore
+
+
+@dataclass(frozen=True)
+class Outcome:
+    id: str
+    passed: bool
+    reason: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Report:
+    outcomes: list[Outcome]
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return all(outcome.passed for outcome in self.outcomes)
+
+    def failed(self) -> list[str]:
+        return [outcome.id for outcome in self.outcomes if not outcome.passed]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "passed": self.passed,
+            "seconds": round(self.seconds, 3),
+            "checks": [{"id": o.id, "passed": o.passed, "reason": o.reason, "seconds": round(o.seconds, 3)}
+                       for o in self.outcomes],
+        }  # fmt: skip
+
+
+def select(doors: set[str], patterns: Sequence[str] = ()) -> list[Check]:
+    """The checks for the doors given (equivalence needs both), filtered by glob patterns on their ids."""
+    chosen = [check for check in catalogue() if check.doors <= doors]
+    if patterns:
+        chosen = [check for check in chosen if any(fnmatch.fnmatchcase(check.id, pattern) for pattern in patterns)]
+    return sorted(chosen, key=lambda check: check.aggregate)
+
+
+def run_check(check: Check, run: Run) -> Outcome:
+    started = time.perf_counter()
+    try:
+        check.run(run)
+    except Failed as failed:
+        return Outcome(check.id, False, str(failed).splitlines()[0] if str(failed) else "failed", _since(started))
+    except Exception as exc:  # a crash of the implementation or of its transport is a failure, not the end
+        return Outcome(check.id, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                       _since(started))  # fmt: skip
+    return Outcome(check.id, True, check.summary, _since(started))
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+def run(
+    invoke: list[str] | None = None,
+    mcp: list[str] | None = None,
+    patterns: Sequence[str] = (),
+    progress: Callable[[Outcome], None] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Report:
+    """Run the checks against `invoke` (e.g. `["sbuf"]`) and/or `mcp` (e.g. `["stormbuffer-mcp"]`)
+    in a throwaway store that is removed afterwards. `environ` (default `os.environ`) is the
+    environment the doors start from (PATH, and the prepared model its cache holds)."""
+    doors = {door for door, command in ((INVOKE, invoke), (MCP, mcp)) if command}
+    if not doors:
+        raise ValueError("give at least one door to check")
+    started = time.perf_counter()
+    outcomes = []
+    with ThrowawayStore(environ) as store:
+        chosen = select(doors, patterns)
+        session = Run(store, invoke, mcp, selected=[check.id for check in chosen])
+        try:
+            for check in chosen:
+                outcome = run_check(check, session)
+                outcomes.append(outcome)
+                if progress is not None:
+                    progress(outcome)
+        finally:
+            session.close()
+    return Report(outcomes, _since(started))

@@ -1,0 +1,136 @@
+"""The throwaway store a conformance run works in, removed when the run ends.
+
+One temporary directory per run holds every place the run needs. A place is a private home, data,
+cache and temp directory plus a project directory whose `.sbuf/` is a fresh copy of the contract
+store (the store the `schema/v1` examples were written against). The implementation under test
+runs with that environment and working directory, so it never sees the caller's own stores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.resources import as_file, files
+from pathlib import Path
+from types import TracebackType
+
+from stormbuffer.core.dirs import PlatformDirs
+
+PROJECT_SCOPE = "project:0194d2a0-5c3e-7b41-9f2a-6c8d1e4b7a30"
+GLOBAL_RECORD_ID = "0194d2a1-9999-7a09-8a09-000000000009"
+# Variables that would let the caller's own stores, editor or colours reach the implementation.
+_DROPPED = ("HOME", "USERPROFILE", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "APPDATA",
+            "LOCALAPPDATA", "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "EDITOR", "VISUAL")  # fmt: skip
+
+GLOBAL_STORE_TOML = 'format_version = 1\nscope = "global"\nvisibility = "private"\n'
+GLOBAL_RECORD = f"""+++
+format_version = 1
+id = "{GLOBAL_RECORD_ID}"
+title = "Release notes are written in the global changelog"
+kind = "procedure"
+scope = "global"
+status = "active"
+access = "agent"
+created_at = "2026-03-01T09:00:00Z"
+updated_at = "2026-03-01T09:00:00Z"
+tags = []
+aliases = []
+supersedes = []
+
+[[sources]]
+kind = "conversation"
+reference = "conformance:global-store"
+actor = "maintainer"
++++
+
+Release notes for every project are collected in the global changelog before a release.
+"""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one implementation process runs: its working directory and its environment."""
+
+    base: Path
+    cwd: Path
+    env: dict[str, str]
+
+    @property
+    def records(self) -> Path:
+        return self.cwd / ".sbuf" / "records"
+
+    def record_files(self) -> dict[str, bytes]:
+        """Every record file of the project store (name → content), to see what a call wrote."""
+        return {path.name: path.read_bytes() for path in sorted(self.records.glob("*.md"))}
+
+
+class ThrowawayStore:
+    """The run's temporary directory; `place()` gives a fresh copy of the contract store in it."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.caller = dict(os.environ if environ is None else environ)
+        self.root = Path(tempfile.mkdtemp(prefix="sbuf-conformance-", dir=self.caller.get("TMPDIR"))).resolve()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ThrowawayStore:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def model_cache(self) -> Path | None:
+        """The caller's prepared embedding model (`sbuf init` prepares it), or None."""
+        try:
+            models = PlatformDirs.from_environ(self.caller).shared_cache / "models"
+        except Exception:  # no home directory: no model either
+            return None
+        return models if models.is_dir() and any(models.iterdir()) else None
+
+    def place(self, *, models: bool = False, global_store: bool = False) -> Place:
+        """A fresh copy of the contract store; `models` links the caller's model cache in, and
+        `global_store` adds an initialized global store holding one agent-readable record."""
+        with self._lock:
+            self._count += 1
+            base = self.root / f"place-{self._count}"
+        env = {name: value for name, value in self.caller.items() if name not in _DROPPED}
+        env = {name: value for name, value in env.items() if not name.startswith("STORMBUFFER_")}
+        for name, folder in (("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"),
+                             ("TMPDIR", "tmp")):  # fmt: skip
+            (base / folder).mkdir(parents=True)
+            env[name] = str(base / folder)
+        cwd = base / "work" / "project"
+        with as_file(files(__package__) / "contract_store") as source:
+            shutil.copytree(source, cwd / ".sbuf")
+        (cwd / ".sbuf" / ".gitignore").write_bytes(b"*\n!.gitignore\n")
+        if models:
+            source_models = self.model_cache()
+            if source_models is None:
+                raise RuntimeError("no prepared embedding model; run `sbuf init` first")
+            link_tree(source_models, base / "cache" / "stormbuffer" / "models")
+        if global_store:
+            store = base / "data" / "stormbuffer"
+            (store / "records").mkdir(parents=True)
+            (store / "store.toml").write_text(GLOBAL_STORE_TOML, encoding="utf-8")
+            (store / "records" / f"{GLOBAL_RECORD_ID}.md").write_text(GLOBAL_RECORD, encoding="utf-8")
+        return Place(base, cwd, env)
+
+
+def link_tree(source: Path, destination: Path) -> None:
+    """Give `destination` the regular files of `source`: hard links where possible (the model is
+    large), copies otherwise; dot files are skipped."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, destination, copy_function=link, ignore=shutil.ignore_patterns(".*"), dirs_exist_ok=True)
