@@ -14,7 +14,8 @@ export const MAX_EVENT_BYTES = 64 * 1024;
 export const RECALL_TIMEOUT_MS = 5000;
 export const CANDIDATE_TOOL = /^mcp__stormbuffer__memory_(remember|update)$/;
 
-const NESTED_KEYS = ['structuredContent', 'structured_content', 'output', 'stdout', 'content'];
+// Where tool results nest an envelope (`text` for MCP text content blocks).
+const NESTED_KEYS = ['structuredContent', 'structured_content', 'output', 'stdout', 'content', 'text'];
 
 const isObject = (value) => typeof value === 'object' && value !== null && !Array.isArray(value);
 
