@@ -8,9 +8,10 @@ in order, and records every request:
         run_host(base_url=stub.base_url)
     stub.requests[0].text  # everything the host sent, as one string
 
-A turn is either a final assistant message (`Reply.text`) or one function call
-(`Reply.call`); when the script runs out, every further request gets `Reply.text("Done.")`.
-Other paths answer 404 (and are recorded too).
+A turn is either a final assistant message (`Reply.text_reply`) or one function call
+(`Reply.call`); when the script runs out, every further request gets `Reply.text_reply("Done.")`.
+Instead of a list, the script may be a function from the `Request` to its `Reply` (to answer
+what the host actually sent). Other paths answer 404 (and are recorded too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,8 +95,9 @@ def _events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:
 class ModelStub:
     """The stub server on 127.0.0.1 (an ephemeral port) for the life of a `with` block."""
 
-    def __init__(self, turns: Iterable[Reply]) -> None:
-        self._turns = iter(turns)
+    def __init__(self, turns: Iterable[Reply] | Callable[[Request], Reply]) -> None:
+        self._script = turns if callable(turns) else None
+        self._turns = iter(()) if callable(turns) else iter(turns)
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
         self.requests: list[Request] = []
@@ -118,11 +120,11 @@ class ModelStub:
                     body = json.loads(raw)
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
-                stub._record(self, body)
+                request = stub._record(self, body)
                 if not self.path.rstrip("/").endswith("/responses"):
                     self._not_found()
                     return
-                reply, number = stub._next()
+                reply, number = stub._next(request)
                 events = _events(reply, number)
                 payload = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
                 self.send_response(200)
@@ -147,13 +149,16 @@ class ModelStub:
         """The model requests (to `/responses`), in order."""
         return [request for request in self.requests if request.path.rstrip("/").endswith("/responses")]
 
-    def _record(self, handler: BaseHTTPRequestHandler, body: Any) -> None:
+    def _record(self, handler: BaseHTTPRequestHandler, body: Any) -> Request:
+        request = Request(handler.path, dict(handler.headers.items()), body)
         with self._lock:
-            self.requests.append(Request(handler.path, dict(handler.headers.items()), body))
+            self.requests.append(request)
+        return request
 
-    def _next(self) -> tuple[Reply, int]:
+    def _next(self, request: Request) -> tuple[Reply, int]:
         with self._lock:
-            return next(self._turns, Reply.text_reply("Done.")), next(self._numbers)
+            reply = self._script(request) if self._script else next(self._turns, Reply.text_reply("Done."))
+            return reply, next(self._numbers)
 
     def __enter__(self) -> ModelStub:
         self._thread.start()

@@ -8,7 +8,7 @@ import json
 import subprocess
 
 from tests.helpers import run_sbuf
-from tests.hosts.model_stub import ModelStub, Reply
+from tests.hosts.model_stub import ModelStub, Reply, Request
 from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox
 
 CANDIDATE = {
@@ -35,18 +35,26 @@ hooks = true
 """
 
 
+def _model(request: Request) -> Reply:
+    """Answer the prompt; in the capture review, propose one candidate once the Stormbuffer MCP
+    tools are listed (Codex starts plugin MCP servers beside the first turn: until then, look at
+    the MCP resources, which costs a round trip), then finish."""
+    if CAPTURE_MARKER not in request.text:
+        return Reply.text_reply("Releases freeze on Fridays.")
+    if "requires_approval" in request.text:
+        return Reply.text_reply("Proposed one candidate for review.")
+    if '"mcp__stormbuffer"' in json.dumps(request.body.get("tools")):
+        return Reply.call("memory_remember", CANDIDATE, namespace="mcp__stormbuffer")
+    return Reply.call("list_mcp_resources", {})
+
+
 def test_codex_recalls_before_the_prompt_and_captures_one_candidate(host_sandbox: HostSandbox) -> None:
     box = host_sandbox
     home = box.base / "codex-home"
     home.mkdir()
     env = {**box.env, "CODEX_HOME": str(home), "STUB_API_KEY": "stub"}
     before = box.candidates()
-    turns = [
-        Reply.text_reply("Releases freeze on Fridays."),
-        Reply.call("memory_remember", CANDIDATE, namespace="mcp__stormbuffer"),
-        Reply.text_reply("Proposed one candidate for review."),
-    ]
-    with ModelStub(turns) as stub:
+    with ModelStub(_model) as stub:
         (home / "config.toml").write_text(_config(stub.base_url))
         installed = run_sbuf("plugin", "install", "codex", cwd=box.work, env=env)
         assert installed.returncode == 0, installed.stderr
@@ -59,7 +67,7 @@ def test_codex_recalls_before_the_prompt_and_captures_one_candidate(host_sandbox
     requests = stub.responses()
     log = ran.stdout[-3000:] + ran.stderr[-3000:]
     assert ran.returncode == 0, log
-    assert len(requests) == 3, log
+    assert len(requests) >= 3, log
     first = requests[0].text
     assert "untrusted evidence from Stormbuffer" in first
     assert box.record_id in first
@@ -67,7 +75,9 @@ def test_codex_recalls_before_the_prompt_and_captures_one_candidate(host_sandbox
     assert CAPTURE_MARKER not in first
     assert CAPTURE_MARKER in requests[1].text
     assert "Submit nothing for routine completion" in requests[1].text
-    assert "requires_approval" in requests[2].text, "the memory_remember answer reaches the model"
+    assert "requires_approval" in requests[-1].text, "the memory_remember answer reaches the model"
+    markers = list((box.base / "tmp").glob("stormbuffer-codex-*/*.candidate"))
+    assert len(markers) == 1, "PostToolUse recognized the candidate write (the active stop leaves it unconsumed)"
     new = [record for record in box.candidates() if record not in before]
     assert len(new) == 1
     shown = box.sbuf("show", new[0])
