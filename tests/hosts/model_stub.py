@@ -12,6 +12,10 @@ A turn is either a final assistant message (`Reply.text_reply`) or one function 
 (`Reply.call`); when the script runs out, every further request gets `Reply.text_reply("Done.")`.
 Instead of a list, the script may be a function from the `Request` to its `Reply` (to answer
 what the host actually sent). Other paths answer 404 (and are recorded too).
+
+`codex_config(base_url)` is a `$CODEX_HOME/config.toml` selecting the stub (the key is read from
+`$STUB_API_KEY`, any value), `pi_models(base_url)` a Pi `models.json` (`--provider stub --model
+stub-model`).
 """
 
 from __future__ import annotations
@@ -57,6 +61,29 @@ class Request:
     def text(self) -> str:
         """The whole body as JSON text (for `in` checks)."""
         return json.dumps(self.body, ensure_ascii=False)
+
+
+def codex_config(base_url: str) -> str:
+    """Codex settings: the stub as the model provider, no approvals, hooks on."""
+    return f"""model = "stub-model"
+model_provider = "stub"
+approval_policy = "never"
+
+[model_providers.stub]
+name = "Loopback stub"
+base_url = "{base_url}"
+wire_api = "responses"
+env_key = "STUB_API_KEY"
+
+[features]
+hooks = true
+"""
+
+
+def pi_models(base_url: str) -> str:
+    """Pi's custom models: provider `stub` with model `stub-model`."""
+    provider = {"baseUrl": base_url, "api": "openai-responses", "apiKey": "stub", "models": [{"id": "stub-model"}]}
+    return json.dumps({"providers": {"stub": provider}})
 
 
 def _events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:

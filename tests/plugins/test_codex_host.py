@@ -8,7 +8,7 @@ import json
 import subprocess
 
 from tests.helpers import run_sbuf
-from tests.hosts.model_stub import ModelStub, Reply, Request
+from tests.hosts.model_stub import ModelStub, Reply, Request, codex_config
 from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox
 
 CANDIDATE = {
@@ -17,22 +17,6 @@ CANDIDATE = {
     "body": "Magnetar deploys run only before noon.",
     "source": {"kind": "conversation", "reference": "codex-capture-review", "actor": "agent"},
 }
-
-
-def _config(base_url: str) -> str:
-    return f"""model = "stub-model"
-model_provider = "stub"
-approval_policy = "never"
-
-[model_providers.stub]
-name = "Loopback stub"
-base_url = "{base_url}"
-wire_api = "responses"
-env_key = "STUB_API_KEY"
-
-[features]
-hooks = true
-"""
 
 
 def _model(request: Request) -> Reply:
@@ -55,7 +39,7 @@ def test_codex_recalls_before_the_prompt_and_captures_one_candidate(host_sandbox
     env = {**box.env, "CODEX_HOME": str(home), "STUB_API_KEY": "stub"}
     before = box.candidates()
     with ModelStub(_model) as stub:
-        (home / "config.toml").write_text(_config(stub.base_url))
+        (home / "config.toml").write_text(codex_config(stub.base_url))
         installed = run_sbuf("plugin", "install", "codex", cwd=box.work, env=env)
         assert installed.returncode == 0, installed.stderr
         ran = subprocess.run(

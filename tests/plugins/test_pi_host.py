@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from tests.helpers import run_sbuf
-from tests.hosts.model_stub import ModelStub, Reply
+from tests.hosts.model_stub import ModelStub, Reply, pi_models
 from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox
 
 PROMPT = "What is the magnetar release rule?"
@@ -34,13 +34,7 @@ def test_pi_recalls_before_the_first_request_and_reviews_once(host_sandbox: Host
     assert installed.returncode == 0, installed.stderr
     turns = [Reply.text_reply("Releases freeze on Fridays."), Reply.text_reply("Nothing durable to propose.")]
     with ModelStub(turns) as stub:
-        provider = {
-            "baseUrl": stub.base_url,
-            "api": "openai-responses",
-            "apiKey": "stub",
-            "models": [{"id": "stub-model"}],
-        }
-        (agent_dir / "models.json").write_text(json.dumps({"providers": {"stub": provider}}))
+        (agent_dir / "models.json").write_text(pi_models(stub.base_url))
         pi = subprocess.Popen(
             ["pi", "--provider", "stub", "--model", "stub-model", "--no-session", "--mode", "rpc"],
             cwd=box.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
