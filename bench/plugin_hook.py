@@ -7,7 +7,8 @@ context. An iteration counts only if its output holds the receipt (`receipt_id`,
 max_ms}`, for:
 
 - `one_shot`: every prompt starts its own `sbuf invoke` process;
-- `daemon`: the same, with the warm local daemon running (`sbuf invoke` routes through it), when
+- `invoke_context_alone`: the `sbuf --project invoke context` call inside the hook, without Node;
+- `daemon`: the hook, with the warm local daemon running (`sbuf invoke` routes through it), when
   this `sbuf` has a `daemon` command (`sbuf daemon --help` exits 0); otherwise the result says it
   was not measured and why. `--daemon-args` gives the command line that runs the daemon in the
   foreground (default `daemon`).
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,17 +67,18 @@ def summary(times_s: list[float]) -> dict[str, Any]:
     }
 
 
-def time_hook(node: str, cwd: Path, env: dict[str, str], iterations: int) -> dict[str, Any]:
-    """One warm-up, then `iterations` hook processes, each with the next benchmark query."""
+def timed(make: Callable[[int], tuple[list[str], bytes]], cwd: Path, env: dict[str, str], iterations: int,
+          receipt: bool = True) -> dict[str, Any]:  # fmt: skip
+    """One warm-up, then `iterations` processes `make(index)` (argv, stdin); with `receipt`, each
+    must print a receipt."""
     times = []
     for index in range(-1, iterations):
-        event = {"prompt": QUERIES[index % len(QUERIES)], "cwd": str(cwd), "session_id": "bench", "turn_id": str(index)}
+        argv, stdin = make(index)
         start = time.perf_counter()
-        done = subprocess.run([node, str(HOOK), "prompt"], cwd=cwd, env=env, input=json.dumps(event).encode(),
-                              capture_output=True, check=False)  # fmt: skip
+        done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
         elapsed = time.perf_counter() - start
-        if done.returncode != 0 or b"receipt_id" not in done.stdout:
-            raise SystemExit(f"the prompt hook returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
+        if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
+            raise SystemExit(f"{argv[-1]} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
         if index >= 0:
             times.append(elapsed)
         print(f"\r  {index + 1}/{iterations}", end="", file=sys.stderr, flush=True)
@@ -83,14 +86,21 @@ def time_hook(node: str, cwd: Path, env: dict[str, str], iterations: int) -> dic
     return summary(times)
 
 
-def time_version(env: dict[str, str], iterations: int) -> dict[str, Any]:
-    times = []
-    for index in range(-1, iterations):
-        start = time.perf_counter()
-        subprocess.run([str(SBUF), "--version"], env=env, capture_output=True, check=True)
-        if index >= 0:
-            times.append(time.perf_counter() - start)
-    return summary(times)
+def hook_run(node: str, cwd: Path) -> Callable[[int], tuple[list[str], bytes]]:
+    """The prompt hook with the `UserPromptSubmit` event of the index's query."""
+
+    def make(index: int) -> tuple[list[str], bytes]:
+        query = QUERIES[index % len(QUERIES)]
+        event = {"prompt": query, "cwd": str(cwd), "session_id": "bench", "turn_id": str(index)}
+        return [node, str(HOOK), "prompt"], json.dumps(event).encode()
+
+    return make
+
+
+def invoke_run(index: int) -> tuple[list[str], bytes]:
+    """The `sbuf invoke context` call the hook makes, on its own."""
+    request = {"version": 1, "query": QUERIES[index % len(QUERIES)], "budget": 512}
+    return [str(SBUF), "--project", "invoke", "context"], json.dumps(request).encode()
 
 
 def daemon_available(env: dict[str, str]) -> bool:
@@ -137,17 +147,20 @@ def main() -> None:
     env["STORMBUFFER_BIN"] = str(SBUF)
     env.pop("STORMBUFFER_SCOPE", None)
     node = node_binary()
-    print(f"prompt hook, one-shot path ({options.iterations} iterations) …", file=sys.stderr)
-    one_shot = time_hook(node, project, env, options.iterations)
+    runs = options.iterations
+    print(f"prompt hook, one-shot path ({runs} iterations) …", file=sys.stderr)
+    one_shot = timed(hook_run(node, project), project, env, runs)
+    print("sbuf invoke context alone …", file=sys.stderr)
+    invoke = timed(invoke_run, project, env, runs)
     if daemon_available(env):
         print("prompt hook, through the daemon …", file=sys.stderr)
         args = ["--project", *shlex.split(options.daemon_args)]
-        timed = with_daemon(args, project, env, lambda: time_hook(node, project, env, options.iterations))
-        daemon: dict[str, Any] = {"measured": True, "daemon_args": args, **timed}
+        through = with_daemon(args, project, env, lambda: timed(hook_run(node, project), project, env, runs))
+        daemon: dict[str, Any] = {"measured": True, "daemon_args": args, **through}
     else:
         daemon = {"measured": False, "reason": "this sbuf has no daemon command (`sbuf daemon --help` failed)"}
-    version = time_version(env, options.iterations)
-    for result in (one_shot, daemon):
+    version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
+    for result in (one_shot, invoke, daemon):
         if "p50_ms" in result:
             result["p50_over_version"] = round(result["p50_ms"] / version["p50_ms"], 1)
     report = {
@@ -158,12 +171,14 @@ def main() -> None:
         "vectors": f"FAST PATH: real model identity, vectors reused from {SAMPLE_TEXTS} really embedded chunks",
         "sbuf_version": version,
         "one_shot": one_shot,
+        "invoke_context_alone": invoke,
         "daemon": daemon,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"{'path':<14} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
-    for name, result in (("sbuf --version", version), ("one-shot", one_shot), ("daemon", daemon)):
+    rows = [("sbuf --version", version), ("one-shot", one_shot), ("invoke alone", invoke), ("daemon", daemon)]
+    for name, result in rows:
         if "p50_ms" not in result:
             print(f"{name:<14} not measured: {result['reason']}")
             continue

@@ -64,7 +64,7 @@ class Request:
 
 
 def codex_config(base_url: str) -> str:
-    """Codex settings: the stub as the model provider, no approvals, hooks on."""
+    """Codex settings: the stub as the model provider, no approvals."""
     return f"""model = "stub-model"
 model_provider = "stub"
 approval_policy = "never"
@@ -74,9 +74,6 @@ name = "Loopback stub"
 base_url = "{base_url}"
 wire_api = "responses"
 env_key = "STUB_API_KEY"
-
-[features]
-hooks = true
 """
 
 
