@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +9,7 @@ import {
   candidateWritten,
   consumeCandidate,
   markCandidate,
+  markerPath,
   stopHook,
 } from '../hooks/codex.mjs';
 import {
@@ -137,6 +138,9 @@ test('7: a memory_update answer in structuredContent is recognized', () => {
 test('8: the candidate marker belongs to one session and turn', () => {
   const event = { session_id: 'session-8', turn_id: 'turn-8' };
   assert.equal(markCandidate(event), true);
+  const marker = markerPath(event);
+  assert.equal(statSync(marker).mode & 0o777, 0o600);
+  assert.equal(statSync(path.dirname(marker)).mode & 0o777, 0o700);
   assert.equal(consumeCandidate({ ...event, turn_id: 'turn-other' }), false);
   assert.equal(consumeCandidate(event), true);
   assert.equal(consumeCandidate(event), false);
