@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "destroy-store": "backup:destroy",
     "invoke": "protocol:invoke",
     "skill": "skill:skill",
+    "plugin": "plugin:plugin",
     "sync": "index:sync",
     "watch": "index:watch",
     "reindex": "index:reindex",

