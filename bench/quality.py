@@ -96,10 +96,10 @@ def write_records(paths: StorePaths, records: Iterable[Record]) -> None:
         (paths.records / f"{record.id}.md").write_text(render_markdown(record), encoding="utf-8")
 
 
-def record(key: str, scope: str, title: str, body: str, source: Source) -> Record:
+def record(key: str, scope: str, title: str, body: str, source: Source, created: Timestamp = CREATED) -> Record:
     title = " ".join(title.split())[:200].strip() or "untitled"
     return Record(id=str(uuid.uuid5(NAMESPACE, key)), title=title, kind="fact", scope=scope, status="active",
-                  access="agent", created_at=CREATED, updated_at=CREATED, sources=(source,), body=body)  # fmt: skip
+                  access="agent", created_at=created, updated_at=created, sources=(source,), body=body)  # fmt: skip
 
 
 def ranked_records(paths: StorePaths, query: str, mode: str, embedder: Any, depth: int) -> list[str]:
@@ -122,46 +122,63 @@ def mean(values: list[float]) -> float:
 # ---- LongMemEval ---------------------------------------------------------------------------------
 
 
-def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None) -> dict[str, Any]:
+def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int) -> dict[str, Any]:
     items = json.loads(gzip.decompress((data / "longmemeval" / "longmemeval_s.subset100.seed0.json.gz").read_bytes()))
-    answerable = [item for item in items if not item["question_id"].endswith("_abs")][:questions]
+    answerable = [item for item in items if not item["question_id"].endswith("_abs")][::stride][:questions]
     scores: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
     started = time.perf_counter()
     with progress_bar("LongMemEval questions", len(answerable)) as bar:
         for done, item in enumerate(answerable, 1):
             paths = new_store(work / "longmemeval" / item["question_id"])
-            session_of = build_longmemeval_store(paths, item)
+            session_of, evidence_turns = build_longmemeval_store(paths, item)
             sync_store(paths, embedder)
             evidence = set(item["answer_session_ids"])
             for mode in MODES:
                 ranked = ranked_records(paths, item["question"], mode, embedder, 10)
-                for name, value in session_metrics([session_of[r] for r in ranked], evidence).items():
+                metrics = session_metrics([session_of[r] for r in ranked], evidence)
+                if evidence_turns:
+                    metrics |= turn_metrics(ranked, evidence_turns)
+                for name, value in metrics.items():
                     scores[mode].setdefault(name, []).append(value)
             bar(done)
     return {
         "questions": len(answerable),
+        "subset": f"every {stride}th answerable question" if stride > 1 else "every answerable question",
+        "question_ids": [item["question_id"] for item in answerable],
+        "questions_with_turn_labels": len(scores["hybrid"].get("turn_recall@10", [])),
         "seconds": round(time.perf_counter() - started, 1),
         "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
     }
 
 
-def build_longmemeval_store(paths: StorePaths, item: dict[str, Any]) -> dict[str, str]:
-    """Write one record per turn; returns record id → session id (kept outside the store)."""
+def build_longmemeval_store(paths: StorePaths, item: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
+    """Write one record per turn, created and observed at its session's date; returns record id →
+    session id and the ids of the evidence turns (`has_answer`), both kept outside the store."""
     scope = record_scope(paths)
     session_of: dict[str, str] = {}
+    evidence_turns: set[str] = set()
     records = []
     for session_id, date, turns in zip(item["haystack_session_ids"], item["haystack_dates"],
                                        item["haystack_sessions"], strict=True):  # fmt: skip
         label = hashlib.sha256(f"{item['question_id']}\n{session_id}".encode()).hexdigest()[:12]
+        when = session_time(date)
         for number, turn in enumerate(turns):
             if not turn["content"].strip():
                 continue
-            source = Source("conversation", f"{label}#{number}", turn["role"])
-            made = record(f"{label}#{number}", scope, f"{date} {turn['role']}", turn["content"], source)
+            source = Source("conversation", f"{label}#{number}", turn["role"], observed_at=when)
+            made = record(f"{label}#{number}", scope, f"{date} {turn['role']}", turn["content"], source, when)
             session_of[made.id] = session_id
+            if turn.get("has_answer"):
+                evidence_turns.add(made.id)
             records.append(made)
     write_records(paths, records)
-    return session_of
+    return session_of, evidence_turns
+
+
+def session_time(date: str) -> Timestamp:
+    """A LongMemEval date such as `2023/08/11 (Fri) 15:58`, as UTC."""
+    day, _weekday, clock = date.split()
+    return Timestamp.parse(f"{day.replace('/', '-')}T{clock}:00Z")
 
 
 def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]:
@@ -171,6 +188,13 @@ def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]
     metrics |= {f"recall@{k}": len(evidence & set(sessions[:k])) / len(evidence) for k in (5, 10)}
     metrics["ndcg@10"] = ndcg(distinct, dict.fromkeys(evidence, 1.0), 10)
     metrics["mrr"] = 1.0 / first if first else 0.0
+    return metrics
+
+
+def turn_metrics(ranked: list[str], evidence_turns: set[str]) -> dict[str, float]:
+    """Share of the evidence turns among the top k records, and whether the first record is one."""
+    metrics = {"turn_recall_any@1": float(bool(ranked) and ranked[0] in evidence_turns)}
+    metrics |= {f"turn_recall@{k}": len(evidence_turns & set(ranked[:k])) / len(evidence_turns) for k in (5, 10)}
     return metrics
 
 
@@ -224,7 +248,8 @@ def table(results: dict[str, Any]) -> str:
         metrics = result["metrics"]
         names = list(metrics["hybrid"])
         lines.append(
-            f"{dataset}: " + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at"))
+            f"{dataset}: "
+            + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at", "question_ids"))
         )
         lines.append(f"{'mode':<10}" + "".join(f"{name:>15}" for name in names))
         for mode in MODES:
@@ -239,6 +264,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="directory for stores and the embedding cache")
     parser.add_argument("--only", choices=("longmemeval", "scifact"))
     parser.add_argument("--questions", type=int, help="use only the first N answerable LongMemEval questions")
+    parser.add_argument(
+        "--stride", type=int, default=1, help="use every Nth answerable LongMemEval question (a deterministic subset)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="result file (default bench/results/quality.json)")
     args = parser.parse_args()
     verify_checksums(args.data)
     work = args.work or Path(tempfile.mkdtemp(prefix="stormbuffer-quality-"))
@@ -249,19 +278,20 @@ def main() -> None:
     if args.only in (None, "scifact"):
         results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder)
     if args.only in (None, "longmemeval"):
-        results["longmemeval"] = longmemeval(args.data, work / f"run-{os.getpid()}", embedder, args.questions)
+        run = work / f"run-{os.getpid()}"
+        results["longmemeval"] = longmemeval(args.data, run, embedder, args.questions, max(args.stride, 1))
     print(table(results))
     for dataset in results:
         results[dataset]["generated_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    earlier = json.loads(RESULTS.read_text())["results"] if RESULTS.is_file() else {}
+    earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else {}
     report = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "model": {"id": embedder.model_id, "version": embedder.model_version},
         "results": earlier | results,  # a run of one dataset keeps the other's latest results
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"saved {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {args.out}")
 
 
 if __name__ == "__main__":

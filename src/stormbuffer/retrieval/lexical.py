@@ -27,7 +27,7 @@ MAX_CANDIDATE_CHUNKS = 1000
 def lexical_hits(snapshot: Snapshot, query: str, options: SearchOptions, limit: int) -> list[SearchHit]:
     """Up to `limit` best chunks of one store that pass the filters, scored, each with one
     `lexical:<reason>` reason."""
-    terms = postings.terms(query)
+    terms = postings.query_terms(query)
     if not terms or limit < 1:
         return []
     limit = min(limit, MAX_CANDIDATE_CHUNKS)
@@ -47,6 +47,7 @@ def lexical_hits(snapshot: Snapshot, query: str, options: SearchOptions, limit: 
                 reason = reasons.of(chunk)
                 chunk.hit.score = LEXICAL_BOOSTS[reason] + BM25_SHARE * strength / (1.0 + strength)
                 chunk.hit.lexical_match_reason = reason
+                chunk.hit.bm25 = strength
                 chunk.hit.match_reasons = [f"lexical:{reason}"]
                 hits.append(chunk.hit)
                 if len(hits) == limit:
