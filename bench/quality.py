@@ -50,11 +50,12 @@ from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_s
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import acquire_model, load_embedder
 from stormbuffer.index.sync import sync_store
-from stormbuffer.retrieval import SearchOptions, search
+from stormbuffer.retrieval import SearchOptions, fusion, search
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "quality.json"
 MODES = ("lexical", "semantic", "hybrid")
+VARIANTS: dict[str, tuple[str, float | None]] = {mode: (mode, None) for mode in MODES}  # name -> (mode, fusion weight)
 CREATED = Timestamp.parse("2024-01-01T00:00:00Z")
 NAMESPACE = uuid.UUID("6c1e5a4e-8f7b-4c1d-9a51-3f2b0c9d7e11")
 
@@ -102,9 +103,16 @@ def record(key: str, scope: str, title: str, body: str, source: Source, created:
                   access="agent", created_at=created, updated_at=created, sources=(source,), body=body)  # fmt: skip
 
 
-def ranked_records(paths: StorePaths, query: str, mode: str, embedder: Any, depth: int) -> list[str]:
+def ranked_records(paths: StorePaths, query: str, variant: str, embedder: Any, depth: int,
+                   now: datetime | None = None) -> list[str]:  # fmt: skip
     """Distinct record ids, best first (lexical mode can return several chunks of one record)."""
-    hits = search([paths], query, SearchOptions(limit=100, mode=mode), embedder=embedder)
+    mode, weight = VARIANTS[variant]
+    default = fusion.LEXICAL_WEIGHT
+    fusion.LEXICAL_WEIGHT = default if weight is None else weight
+    try:
+        hits = search([paths], query, SearchOptions(limit=100, mode=mode, now=now), embedder=embedder)
+    finally:
+        fusion.LEXICAL_WEIGHT = default
     return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
 
 
@@ -125,7 +133,7 @@ def mean(values: list[float]) -> float:
 def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int) -> dict[str, Any]:
     items = json.loads(gzip.decompress((data / "longmemeval" / "longmemeval_s.subset100.seed0.json.gz").read_bytes()))
     answerable = [item for item in items if not item["question_id"].endswith("_abs")][::stride][:questions]
-    scores: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+    scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
     started = time.perf_counter()
     with progress_bar("LongMemEval questions", len(answerable)) as bar:
         for done, item in enumerate(answerable, 1):
@@ -133,13 +141,14 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
             session_of, evidence_turns = build_longmemeval_store(paths, item)
             sync_store(paths, embedder)
             evidence = set(item["answer_session_ids"])
-            for mode in MODES:
-                ranked = ranked_records(paths, item["question"], mode, embedder, 10)
+            asked = datetime.fromisoformat(session_time(item["question_date"]).render())
+            for variant in VARIANTS:
+                ranked = ranked_records(paths, item["question"], variant, embedder, 10, asked)
                 metrics = session_metrics([session_of[r] for r in ranked], evidence)
                 if evidence_turns:
                     metrics |= turn_metrics(ranked, evidence_turns)
                 for name, value in metrics.items():
-                    scores[mode].setdefault(name, []).append(value)
+                    scores[variant].setdefault(name, []).append(value)
             bar(done)
     return {
         "questions": len(answerable),
@@ -147,7 +156,7 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
         "question_ids": [item["question_id"] for item in answerable],
         "questions_with_turn_labels": len(scores["hybrid"].get("turn_recall@10", [])),
         "seconds": round(time.perf_counter() - started, 1),
-        "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
+        "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
 
 
@@ -226,19 +235,21 @@ def scifact(data: Path, work: Path, embedder: Any) -> dict[str, Any]:
         sync_store(paths, embedder)
         bar(1)
     index_seconds = time.perf_counter() - started
-    scores: dict[str, dict[str, list[float]]] = {mode: {"ndcg@10": [], "recall@100": []} for mode in MODES}
+    scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
     with progress_bar("SciFact queries", len(qrels)) as bar:
         for done, (query_id, relevant) in enumerate(sorted(qrels.items()), 1):
-            for mode in MODES:
-                ranked = [doc_of[r] for r in ranked_records(paths, queries[query_id], mode, embedder, 100)]
-                scores[mode]["ndcg@10"].append(ndcg(ranked, relevant, 10))
-                scores[mode]["recall@100"].append(len(set(ranked) & set(relevant)) / len(relevant))
+            for variant in VARIANTS:
+                ranked = [doc_of[r] for r in ranked_records(paths, queries[query_id], variant, embedder, 100)]
+                metrics = {f"ndcg@{k}": ndcg(ranked, relevant, k) for k in (1, 5, 10)}
+                metrics |= {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
+                for name, value in metrics.items():
+                    scores[variant].setdefault(name, []).append(value)
             bar(done)
     return {
         "documents": len(corpus),
         "queries": len(qrels),
         "index_seconds": round(index_seconds, 1),
-        "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
+        "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
 
 
@@ -251,9 +262,9 @@ def table(results: dict[str, Any]) -> str:
             f"{dataset}: "
             + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at", "question_ids"))
         )
-        lines.append(f"{'mode':<10}" + "".join(f"{name:>15}" for name in names))
-        for mode in MODES:
-            lines.append(f"{mode:<10}" + "".join(f"{metrics[mode][name]:>15.4f}" for name in names))
+        lines.append(f"{'mode':<14}" + "".join(f"{name:>18}" for name in names))
+        for variant in metrics:
+            lines.append(f"{variant:<14}" + "".join(f"{metrics[variant][name]:>18.4f}" for name in names))
         lines.append("")
     return "\n".join(lines)
 
@@ -268,7 +279,11 @@ def main() -> None:
         "--stride", type=int, default=1, help="use every Nth answerable LongMemEval question (a deterministic subset)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="result file (default bench/results/quality.json)")
+    parser.add_argument("--lexical-weights", default="",
+                        help="also run hybrid with these fusion weights of the lexical side, e.g. 0.3,0.7")  # fmt: skip
     args = parser.parse_args()
+    for weight in filter(None, args.lexical_weights.split(",")):
+        VARIANTS[f"hybrid@{float(weight):g}"] = ("hybrid", float(weight))
     verify_checksums(args.data)
     work = args.work or Path(tempfile.mkdtemp(prefix="stormbuffer-quality-"))
     cache_dir = work / "model-cache"

@@ -1,7 +1,8 @@
 """Lexical retrieval: BM25 over the retrieval text (the projection's postings), plus match-kind boosts.
 
-Which chunks match and how BM25 weighs them is `index.postings.rank`: every query term as a
-prefix, terms found in half of the chunks or more left out while rarer ones remain.
+Which chunks match and how BM25 weighs them is `index.postings`: the query's stemmed words without
+stopwords (`query_terms`), each matching itself or, when the index lacks it, as a prefix; terms
+found in half of the chunks or more left out while rarer ones remain.
 
 Score, increasing with relevance: `boost + 0.5 * s / (1 + s)` with `s` the BM25 score. The BM25
 part stays below 0.5, the gap between neighbouring boosts, so a stronger kind of match (exact

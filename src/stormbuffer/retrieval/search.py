@@ -10,7 +10,7 @@ model. Otherwise the search runs lexically and reports why (`semantic_fallback`)
 - the model fails on the query: `embedding_execution_failed`.
 
 Ordering: hybrid and semantic hits are ordered by score, the current scope breaking exact ties;
-the +0.01 current-scope boost makes an equally relevant project memory come before a global one,
+the +0.1 current-scope boost makes an equally relevant project memory come before a global one,
 while a clearly more relevant global memory can still rank first. Lexical-only results keep
 several chunks per record and are ordered by kind of match, then scope, then bm25 (see
 `hits.by_lexical_tier`).
