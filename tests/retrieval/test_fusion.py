@@ -41,14 +41,13 @@ def similarity(distance: float) -> float:
 
 def test_scores_combine_normalised_parts_plus_boosts() -> None:
     lexical = [hit("a", bm25=8.0), hit("b", reason="exact_title", bm25=4.0)]
-    semantic = [hit("b", distance=0.5), hit("c", distance=0.9, scope="global"), hit("d", distance=1.1)]
+    semantic = [hit("b", distance=0.5), hit("c", distance=0.9, scope="global"), hit("d", distance=1.5)]
     fused = {h.record_id: h for h in fuse(lexical, semantic, HERE, 10)}
-    low, high = similarity(1.1), similarity(0.5)
-    vector_c = (similarity(0.9) - low) / (high - low)
+    vector_c = similarity(0.9) / similarity(0.5)
     assert fused["a"].score == pytest.approx(LEXICAL_WEIGHT * 1.0 + 0.1)
     assert fused["b"].score == pytest.approx(LEXICAL_WEIGHT * 0.5 + (1 - LEXICAL_WEIGHT) * 1.0 + 0.1 + 1.0)
     assert fused["c"].score == pytest.approx((1 - LEXICAL_WEIGHT) * vector_c)
-    assert fused["d"].score == pytest.approx(0.1)  # the farthest vector candidate: 0 from that side
+    assert fused["d"].score == pytest.approx(0.1)  # a negative cosine counts 0
     assert fused["b"].match_reasons == [
         "lexical:exact_title", "vector:distance=0.500000", "fusion:lexical=0.500,vector=1.000",
         "boost:current_scope", "boost:exact_title",
@@ -62,8 +61,7 @@ def test_a_clear_lexical_winner_keeps_its_lead_where_rank_fusion_lost_it() -> No
     # "a" is far ahead lexically and fourth by meaning; "b" is the vector's first and a distant second
     # lexically. Reciprocal-rank fusion (k = 60) put "b" first: 1/61 + 1/62 > 1/61 + 1/64.
     lexical = [hit("a", bm25=12.0), hit("b", bm25=3.0), hit("c", bm25=2.5)]
-    semantic = [hit("b", distance=0.80), hit("x", distance=0.81), hit("y", distance=0.82), hit("a", distance=0.83),
-                hit("z", distance=1.2)]  # fmt: skip
+    semantic = [hit("b", distance=0.80), hit("x", distance=0.81), hit("y", distance=0.82), hit("a", distance=0.83)]
     assert [h.record_id for h in fuse(lexical, semantic, HERE, 3)][:2] == ["a", "b"]
 
 

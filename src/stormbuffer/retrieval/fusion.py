@@ -1,10 +1,11 @@
 """Hybrid ranking: a convex combination of the lexical and vector scores, one hit per record.
 
-Each side's scores are first put on one scale, per query and per scope (each store has its own
-BM25 statistics): a chunk's lexical part is its BM25 score divided by the best BM25 score of the
-query's lexical candidates, its vector part is its cosine similarity min-max normalised over the
-query's vector candidates (the best is 1, the weakest candidate 0). A chunk missing from a list
-has 0 from it. A record's score is
+Each side's scores are first put on one scale, per query: a chunk's lexical part is its BM25 score
+divided by the best BM25 score among the query's lexical candidates of its scope (each store has
+its own BM25 statistics), its vector part is its cosine similarity (0 when negative) divided by
+the best among the vector candidates. Both divide by the best from a lower bound of 0 rather than
+from the weakest candidate, so that a few candidates of nearly equal similarity stay nearly
+equal. A chunk missing from a list has 0 from it. A record's score is
 
     LEXICAL_WEIGHT · lexical + (1 − LEXICAL_WEIGHT) · vector + boosts,
 
@@ -78,12 +79,10 @@ def _lexical_parts(hits: list[SearchHit]) -> list[float]:
 
 
 def _vector_parts(hits: list[SearchHit]) -> list[float]:
-    """Cosine similarity min-max normalised over the hits: the nearest 1, the farthest 0."""
-    similarities = [1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0 for hit in hits]
-    if not similarities:
-        return []
-    low, high = min(similarities), max(similarities)
-    return [(value - low) / (high - low) if high > low else 1.0 for value in similarities]
+    """Cosine similarity (0 when negative) over the best similarity of the hits."""
+    similarities = [max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits]
+    best = max(similarities, default=0.0)
+    return [value / best if best > 0 else 0.0 for value in similarities]
 
 
 def _nearness(records: dict[str, _Record], time: TimeReference | None) -> dict[str, float]:
