@@ -154,7 +154,7 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
         "questions": len(answerable),
         "subset": f"every {stride}th answerable question" if stride > 1 else "every answerable question",
         "question_ids": [item["question_id"] for item in answerable],
-        "questions_with_turn_labels": len(scores["hybrid"].get("turn_recall@10", [])),
+        "questions_with_turn_labels": len(next(iter(scores.values())).get("turn_recall@10", [])),
         "seconds": round(time.perf_counter() - started, 1),
         "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
@@ -257,7 +257,7 @@ def table(results: dict[str, Any]) -> str:
     lines = []
     for dataset, result in results.items():
         metrics = result["metrics"]
-        names = list(metrics["hybrid"])
+        names = list(next(iter(metrics.values())))
         lines.append(
             f"{dataset}: "
             + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at", "question_ids"))
@@ -281,14 +281,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="result file (default bench/results/quality.json)")
     parser.add_argument("--lexical-weights", default="",
                         help="also run hybrid with these fusion weights of the lexical side, e.g. 0.3,0.7")  # fmt: skip
+    parser.add_argument("--lexical-only", action="store_true",
+                        help="lexical mode only, no model (chunks cut by the conservative token estimate)")  # fmt: skip
     args = parser.parse_args()
+    if args.lexical_only:
+        del VARIANTS["semantic"], VARIANTS["hybrid"]
     for weight in filter(None, args.lexical_weights.split(",")):
         VARIANTS[f"hybrid@{float(weight):g}"] = ("hybrid", float(weight))
     verify_checksums(args.data)
     work = args.work or Path(tempfile.mkdtemp(prefix="stormbuffer-quality-"))
     cache_dir = work / "model-cache"
     acquire_model(cache_dir)
-    embedder = CachingEmbedder(load_embedder(cache_dir), work / "embeddings.sqlite3")
+    embedder = None if args.lexical_only else CachingEmbedder(load_embedder(cache_dir), work / "embeddings.sqlite3")
     results: dict[str, Any] = {}
     if args.only in (None, "scifact"):
         results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder)
@@ -301,7 +305,7 @@ def main() -> None:
     earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else {}
     report = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
-        "model": {"id": embedder.model_id, "version": embedder.model_version},
+        "model": {"id": embedder.model_id, "version": embedder.model_version} if embedder else None,
         "results": earlier | results,  # a run of one dataset keeps the other's latest results
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
