@@ -5,21 +5,32 @@ against SHA256SUMS first, builds real stores in a temporary directory and runs e
 `stormbuffer.retrieval.search` in three modes: lexical, semantic (vector only) and hybrid.
 
 LongMemEval-S: one store per question, one record per turn (kind fact; title = session date +
-role; body = the turn; source `conversation`, reference `<label>#<turn>`, actor = role). A
-session's label is an opaque hash of question id + session id; the label → session mapping stays
-in this script, because raw evidence-session ids start with `answer_` and would leak the answer
-to lexical search. Answerable questions only (`_abs` questions are skipped). Metrics on the
-ranked distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in
-the top k), fractional recall@{5,10} (share of evidence sessions covered), and NDCG@10 and MRR
-over the distinct sessions of those records (binary relevance).
+role; body = the turn; created at the session's date; source `conversation`, reference
+`<label>#<turn>`, actor = role, observed at the session's date). A session's label is an opaque
+hash of question id + session id; the label → session mapping stays in this script, because raw
+evidence-session ids start with `answer_` and would leak the answer to lexical search. Queries
+are asked at the question's date (`SearchOptions.now`), so that "four weeks ago" means what it
+meant to the asker. Answerable questions only (`_abs` questions are skipped); `--stride N` takes
+every Nth of them and `--questions N` the first N (deterministic subsets). Metrics on the ranked
+distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in the
+top k), fractional recall@{5,10} (share of evidence sessions covered), NDCG@10 and MRR over the
+distinct sessions of those records (binary relevance), and at turn level, over the questions
+whose turns carry `has_answer`: turn_recall_any@1 (the first record is an evidence turn) and
+turn_recall@{5,10} (share of the evidence turns among the top k).
 
 SciFact (test split, 300 queries): one record per abstract (title → title, text → body).
-NDCG@10 (graded by qrels) and Recall@100 over distinct records.
+NDCG@{1,5,10} (graded by qrels) and Recall@{10,100} over distinct records.
+
+`--lexical-weights 0.3,0.7` also runs hybrid with other fusion weights of the lexical side (rows
+`hybrid@0.3`, …), which is how the default weight was checked; `--lexical-only` runs lexical mode
+without the model (chunks are then cut by the conservative token estimate).
 
 Vectors come from the real model; a benchmark-side cache keyed by text avoids embedding the same
-text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/results/quality.json.
+text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/results/quality.json
+(or `--out`).
 
 Usage: python bench/quality.py [--data DIR] [--work DIR] [--only longmemeval|scifact] [--questions N]
+       [--stride N] [--lexical-weights W,...] [--lexical-only] [--out FILE]
 """
 
 from __future__ import annotations
