@@ -5,21 +5,32 @@ against SHA256SUMS first, builds real stores in a temporary directory and runs e
 `stormbuffer.retrieval.search` in three modes: lexical, semantic (vector only) and hybrid.
 
 LongMemEval-S: one store per question, one record per turn (kind fact; title = session date +
-role; body = the turn; source `conversation`, reference `<label>#<turn>`, actor = role). A
-session's label is an opaque hash of question id + session id; the label → session mapping stays
-in this script, because raw evidence-session ids start with `answer_` and would leak the answer
-to lexical search. Answerable questions only (`_abs` questions are skipped). Metrics on the
-ranked distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in
-the top k), fractional recall@{5,10} (share of evidence sessions covered), and NDCG@10 and MRR
-over the distinct sessions of those records (binary relevance).
+role; body = the turn; created at the session's date; source `conversation`, reference
+`<label>#<turn>`, actor = role, observed at the session's date). A session's label is an opaque
+hash of question id + session id; the label → session mapping stays in this script, because raw
+evidence-session ids start with `answer_` and would leak the answer to lexical search. Queries
+are asked at the question's date (`SearchOptions.now`), so that "four weeks ago" means what it
+meant to the asker. Answerable questions only (`_abs` questions are skipped); `--stride N` takes
+every Nth of them and `--questions N` the first N (deterministic subsets). Metrics on the ranked
+distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in the
+top k), fractional recall@{5,10} (share of evidence sessions covered), NDCG@10 and MRR over the
+distinct sessions of those records (binary relevance), and at turn level, over the questions
+whose turns carry `has_answer`: turn_recall_any@1 (the first record is an evidence turn) and
+turn_recall@{5,10} (share of the evidence turns among the top k).
 
 SciFact (test split, 300 queries): one record per abstract (title → title, text → body).
-NDCG@10 (graded by qrels) and Recall@100 over distinct records.
+NDCG@{1,5,10} (graded by qrels) and Recall@{10,100} over distinct records.
+
+`--lexical-weights 0.3,0.7` also runs hybrid with other fusion weights of the lexical side (rows
+`hybrid@0.3`, …), which is how the default weight was checked; `--lexical-only` runs lexical mode
+without the model (chunks are then cut by the conservative token estimate).
 
 Vectors come from the real model; a benchmark-side cache keyed by text avoids embedding the same
-text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/results/quality.json.
+text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/results/quality.json
+(or `--out`).
 
 Usage: python bench/quality.py [--data DIR] [--work DIR] [--only longmemeval|scifact] [--questions N]
+       [--stride N] [--lexical-weights W,...] [--lexical-only] [--out FILE]
 """
 
 from __future__ import annotations
@@ -52,11 +63,12 @@ from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_s
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import acquire_model, load_embedder
 from stormbuffer.index.sync import sync_store
-from stormbuffer.retrieval import SearchOptions, search
+from stormbuffer.retrieval import SearchOptions, fusion, search
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "quality.json"
 MODES = ("lexical", "semantic", "hybrid")
+VARIANTS: dict[str, tuple[str, float | None]] = {mode: (mode, None) for mode in MODES}  # name -> (mode, fusion weight)
 CREATED = Timestamp.parse("2024-01-01T00:00:00Z")
 NAMESPACE = uuid.UUID("6c1e5a4e-8f7b-4c1d-9a51-3f2b0c9d7e11")
 
@@ -87,15 +99,22 @@ def write_records(paths: StorePaths, records: Iterable[Record]) -> None:
         (paths.records / f"{record.id}.md").write_text(render_markdown(record), encoding="utf-8")
 
 
-def record(key: str, scope: str, title: str, body: str, source: Source) -> Record:
+def record(key: str, scope: str, title: str, body: str, source: Source, created: Timestamp = CREATED) -> Record:
     title = " ".join(title.split())[:200].strip() or "untitled"
     return Record(id=str(uuid.uuid5(NAMESPACE, key)), title=title, kind="fact", scope=scope, status="active",
-                  access="agent", created_at=CREATED, updated_at=CREATED, sources=(source,), body=body)  # fmt: skip
+                  access="agent", created_at=created, updated_at=created, sources=(source,), body=body)  # fmt: skip
 
 
-def ranked_records(paths: StorePaths, query: str, mode: str, embedder: Any, depth: int) -> list[str]:
+def ranked_records(paths: StorePaths, query: str, variant: str, embedder: Any, depth: int,
+                   now: datetime | None = None) -> list[str]:  # fmt: skip
     """Distinct record ids, best first (lexical mode can return several chunks of one record)."""
-    hits = search([paths], query, SearchOptions(limit=100, mode=mode), embedder=embedder)
+    mode, weight = VARIANTS[variant]
+    default = fusion.LEXICAL_WEIGHT
+    fusion.LEXICAL_WEIGHT = default if weight is None else weight
+    try:
+        hits = search([paths], query, SearchOptions(limit=100, mode=mode, now=now), embedder=embedder)
+    finally:
+        fusion.LEXICAL_WEIGHT = default
     return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
 
 
@@ -113,46 +132,64 @@ def mean(values: list[float]) -> float:
 # ---- LongMemEval ---------------------------------------------------------------------------------
 
 
-def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None) -> dict[str, Any]:
+def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int) -> dict[str, Any]:
     items = json.loads(gzip.decompress((data / "longmemeval" / "longmemeval_s.subset100.seed0.json.gz").read_bytes()))
-    answerable = [item for item in items if not item["question_id"].endswith("_abs")][:questions]
-    scores: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+    answerable = [item for item in items if not item["question_id"].endswith("_abs")][::stride][:questions]
+    scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
     started = time.perf_counter()
     with progress_bar("LongMemEval questions", len(answerable)) as bar:
         for done, item in enumerate(answerable, 1):
             paths = new_store(work / "longmemeval" / item["question_id"])
-            session_of = build_longmemeval_store(paths, item)
+            session_of, evidence_turns = build_longmemeval_store(paths, item)
             sync_store(paths, embedder)
             evidence = set(item["answer_session_ids"])
-            for mode in MODES:
-                ranked = ranked_records(paths, item["question"], mode, embedder, 10)
-                for name, value in session_metrics([session_of[r] for r in ranked], evidence).items():
-                    scores[mode].setdefault(name, []).append(value)
+            asked = datetime.fromisoformat(session_time(item["question_date"]).render())
+            for variant in VARIANTS:
+                ranked = ranked_records(paths, item["question"], variant, embedder, 10, asked)
+                metrics = session_metrics([session_of[r] for r in ranked], evidence)
+                if evidence_turns:
+                    metrics |= turn_metrics(ranked, evidence_turns)
+                for name, value in metrics.items():
+                    scores[variant].setdefault(name, []).append(value)
             bar(done)
     return {
         "questions": len(answerable),
+        "subset": f"every {stride}th answerable question" if stride > 1 else "every answerable question",
+        "question_ids": [item["question_id"] for item in answerable],
+        "questions_with_turn_labels": len(next(iter(scores.values())).get("turn_recall@10", [])),
         "seconds": round(time.perf_counter() - started, 1),
-        "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
+        "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
 
 
-def build_longmemeval_store(paths: StorePaths, item: dict[str, Any]) -> dict[str, str]:
-    """Write one record per turn; returns record id → session id (kept outside the store)."""
+def build_longmemeval_store(paths: StorePaths, item: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
+    """Write one record per turn, created and observed at its session's date; returns record id →
+    session id and the ids of the evidence turns (`has_answer`), both kept outside the store."""
     scope = record_scope(paths)
     session_of: dict[str, str] = {}
+    evidence_turns: set[str] = set()
     records = []
     for session_id, date, turns in zip(item["haystack_session_ids"], item["haystack_dates"],
                                        item["haystack_sessions"], strict=True):  # fmt: skip
         label = hashlib.sha256(f"{item['question_id']}\n{session_id}".encode()).hexdigest()[:12]
+        when = session_time(date)
         for number, turn in enumerate(turns):
             if not turn["content"].strip():
                 continue
-            source = Source("conversation", f"{label}#{number}", turn["role"])
-            made = record(f"{label}#{number}", scope, f"{date} {turn['role']}", turn["content"], source)
+            source = Source("conversation", f"{label}#{number}", turn["role"], observed_at=when)
+            made = record(f"{label}#{number}", scope, f"{date} {turn['role']}", turn["content"], source, when)
             session_of[made.id] = session_id
+            if turn.get("has_answer"):
+                evidence_turns.add(made.id)
             records.append(made)
     write_records(paths, records)
-    return session_of
+    return session_of, evidence_turns
+
+
+def session_time(date: str) -> Timestamp:
+    """A LongMemEval date such as `2023/08/11 (Fri) 15:58`, as UTC."""
+    day, _weekday, clock = date.split()
+    return Timestamp.parse(f"{day.replace('/', '-')}T{clock}:00Z")
 
 
 def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]:
@@ -162,6 +199,13 @@ def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]
     metrics |= {f"recall@{k}": len(evidence & set(sessions[:k])) / len(evidence) for k in (5, 10)}
     metrics["ndcg@10"] = ndcg(distinct, dict.fromkeys(evidence, 1.0), 10)
     metrics["mrr"] = 1.0 / first if first else 0.0
+    return metrics
+
+
+def turn_metrics(ranked: list[str], evidence_turns: set[str]) -> dict[str, float]:
+    """Share of the evidence turns among the top k records, and whether the first record is one."""
+    metrics = {"turn_recall_any@1": float(bool(ranked) and ranked[0] in evidence_turns)}
+    metrics |= {f"turn_recall@{k}": len(evidence_turns & set(ranked[:k])) / len(evidence_turns) for k in (5, 10)}
     return metrics
 
 
@@ -193,19 +237,21 @@ def scifact(data: Path, work: Path, embedder: Any) -> dict[str, Any]:
         sync_store(paths, embedder)
         bar(1)
     index_seconds = time.perf_counter() - started
-    scores: dict[str, dict[str, list[float]]] = {mode: {"ndcg@10": [], "recall@100": []} for mode in MODES}
+    scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
     with progress_bar("SciFact queries", len(qrels)) as bar:
         for done, (query_id, relevant) in enumerate(sorted(qrels.items()), 1):
-            for mode in MODES:
-                ranked = [doc_of[r] for r in ranked_records(paths, queries[query_id], mode, embedder, 100)]
-                scores[mode]["ndcg@10"].append(ndcg(ranked, relevant, 10))
-                scores[mode]["recall@100"].append(len(set(ranked) & set(relevant)) / len(relevant))
+            for variant in VARIANTS:
+                ranked = [doc_of[r] for r in ranked_records(paths, queries[query_id], variant, embedder, 100)]
+                metrics = {f"ndcg@{k}": ndcg(ranked, relevant, k) for k in (1, 5, 10)}
+                metrics |= {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
+                for name, value in metrics.items():
+                    scores[variant].setdefault(name, []).append(value)
             bar(done)
     return {
         "documents": len(corpus),
         "queries": len(qrels),
         "index_seconds": round(index_seconds, 1),
-        "metrics": {mode: {name: mean(values) for name, values in scores[mode].items()} for mode in MODES},
+        "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
 
 
@@ -213,13 +259,14 @@ def table(results: dict[str, Any]) -> str:
     lines = []
     for dataset, result in results.items():
         metrics = result["metrics"]
-        names = list(metrics["hybrid"])
+        names = list(next(iter(metrics.values())))
         lines.append(
-            f"{dataset}: " + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at"))
+            f"{dataset}: "
+            + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at", "question_ids"))
         )
-        lines.append(f"{'mode':<10}" + "".join(f"{name:>15}" for name in names))
-        for mode in MODES:
-            lines.append(f"{mode:<10}" + "".join(f"{metrics[mode][name]:>15.4f}" for name in names))
+        lines.append(f"{'mode':<14}" + "".join(f"{name:>18}" for name in names))
+        for variant in metrics:
+            lines.append(f"{variant:<14}" + "".join(f"{metrics[variant][name]:>18.4f}" for name in names))
         lines.append("")
     return "\n".join(lines)
 
@@ -230,29 +277,42 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="directory for stores and the embedding cache")
     parser.add_argument("--only", choices=("longmemeval", "scifact"))
     parser.add_argument("--questions", type=int, help="use only the first N answerable LongMemEval questions")
+    parser.add_argument(
+        "--stride", type=int, default=1, help="use every Nth answerable LongMemEval question (a deterministic subset)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="result file (default bench/results/quality.json)")
+    parser.add_argument("--lexical-weights", default="",
+                        help="also run hybrid with these fusion weights of the lexical side, e.g. 0.3,0.7")  # fmt: skip
+    parser.add_argument("--lexical-only", action="store_true",
+                        help="lexical mode only, no model (chunks cut by the conservative token estimate)")  # fmt: skip
     args = parser.parse_args()
+    if args.lexical_only:
+        del VARIANTS["semantic"], VARIANTS["hybrid"]
+    for weight in filter(None, args.lexical_weights.split(",")):
+        VARIANTS[f"hybrid@{float(weight):g}"] = ("hybrid", float(weight))
     require_data(args.data)
     work = args.work or Path(tempfile.mkdtemp(prefix="stormbuffer-quality-"))
     cache_dir = work / "model-cache"
     acquire_model(cache_dir)
-    embedder = CachingEmbedder(load_embedder(cache_dir), work / "embeddings.sqlite3")
+    embedder = None if args.lexical_only else CachingEmbedder(load_embedder(cache_dir), work / "embeddings.sqlite3")
     results: dict[str, Any] = {}
     if args.only in (None, "scifact"):
         results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder)
     if args.only in (None, "longmemeval"):
-        results["longmemeval"] = longmemeval(args.data, work / f"run-{os.getpid()}", embedder, args.questions)
+        run = work / f"run-{os.getpid()}"
+        results["longmemeval"] = longmemeval(args.data, run, embedder, args.questions, max(args.stride, 1))
     print(table(results))
     for dataset in results:
         results[dataset]["generated_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    earlier = json.loads(RESULTS.read_text())["results"] if RESULTS.is_file() else {}
+    earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else {}
     report = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
-        "model": {"id": embedder.model_id, "version": embedder.model_version},
+        "model": {"id": embedder.model_id, "version": embedder.model_version} if embedder else None,
         "results": earlier | results,  # a run of one dataset keeps the other's latest results
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"saved {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {args.out}")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ class SearchHit(BaseModel):
     """
     match_reasons: list[str]
     """
-    Why the hit ranked where it did, e.g. `lexical:exact_title`, `vector:distance=0.412345`, `boost:current_scope`.
+    Why the hit ranked where it did, e.g. `lexical:exact_title`, `vector:distance=0.412345`, `fusion:lexical=0.812,vector=0.640` (the normalised parts a hybrid score combines), `boost:current_scope`, `time:window=2023-03-08/2023-03-15,closeness=1.00` (nearness to a time the query names).
     """
     vector_distance: float | None
     """

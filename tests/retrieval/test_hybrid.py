@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from stormbuffer.core.codec import render_markdown
+from stormbuffer.core.ids import new_record_id
+from stormbuffer.core.records import Record, Source
 from stormbuffer.core.stores import StorePaths, View, record_scope
+from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import Embedder, EmbeddingFailed
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, prepare_stores, search
@@ -161,3 +166,23 @@ def test_long_queries_are_embedded_from_their_leading_words(store: StorePaths, e
 def test_identical_searches_give_identical_results(store: StorePaths, embedder: Embedder) -> None:
     first = [hit.to_json() for hit in search([store], "engineers on call", embedder=embedder)]
     assert first == [hit.to_json() for hit in search([store], "engineers on call", embedder=embedder)]
+
+
+def test_a_query_naming_a_time_prefers_records_observed_then(tmp_path: Path, embedder: Embedder) -> None:
+    paths = make_store(tmp_path)
+    created = Timestamp.parse("2026-08-01T00:00:00Z")
+    for title, observed in (("Standup June", "2026-06-10T09:00:00Z"), ("Standup July", "2026-07-15T09:00:00Z")):
+        source = Source("conversation", title, "user", observed_at=Timestamp.parse(observed))
+        record = Record(id=new_record_id(), title=title, kind="fact", scope=record_scope(paths), status="active",
+                        access="agent", created_at=created, updated_at=created, sources=(source,),
+                        body="We agreed to move the release train to Thursdays.")  # fmt: skip
+        (paths.records / f"{record.id}.md").write_text(render_markdown(record), encoding="utf-8")
+    sync_store(paths, embedder)
+    options = SearchOptions(now=datetime(2026, 8, 5, 12, tzinfo=UTC))
+    timed = search([paths], "what did we agree about the release train last month", options, embedder=embedder)
+    assert timed[0].title == "Standup July"
+    assert timed[0].match_reasons[-1] == "time:window=2026-07-01/2026-08-01,closeness=1.00"
+    june = next(hit for hit in timed if hit.title == "Standup June")
+    assert june.match_reasons[-1] == "time:window=2026-07-01/2026-08-01,closeness=0.51"  # 20.6 days before it
+    plain = search([paths], "what did we agree about the release train", options, embedder=embedder)
+    assert all(not reason.startswith("time:") for hit in plain for reason in hit.match_reasons)

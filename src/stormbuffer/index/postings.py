@@ -1,15 +1,24 @@
 """The lexical index: BM25 postings of every chunk's retrieval text, kept in the projection.
 
-Terms are the runs of Unicode letters, digits and `_` of a text, lowercased (`terms`); queries
-are split the same way, so nothing in a query is syntax. The `postings` table holds one row per
-term: every chunk containing it, as a packed little-endian array of (chunk id, occurrences of the
-term, terms in the chunk), sorted by chunk id. Ranking a query reads one row per query term (a
-range of rows for a prefix) and scores the chunks with NumPy.
+Terms (`terms`) are the runs of Unicode letters, digits and `_` of a text, lowercased, each
+reduced to its stem by the Snowball English stemmer ("deploying", "deployed" and "deploys" are all
+"deploy"); queries are split and stemmed the same way, so nothing in a query is syntax. Words of
+other scripts pass through the stemmer unchanged.
+
+Fields: the first five lines of a retrieval text are the record's title, the chunk's heading path,
+the aliases, the tags and the file name (`index.sync.retrieval_prefix`), the rest is the chunk
+text. A term counts `FIELD_WEIGHTS` times per occurrence in each field (a simplified BM25F: the
+weighted counts and the weighted length of a chunk stand for its term frequencies and length).
+
+The `postings` table holds one row per term: every chunk containing it, as a packed little-endian
+array of (chunk id, weighted occurrences of the term, weighted terms in the chunk), sorted by chunk
+id. Ranking a query reads one row per query term (a range of rows for a word that is only a
+prefix of indexed terms) and scores the chunks with NumPy.
 
 Maintenance is transactional: triggers on `chunks` log every inserted, updated and deleted chunk
 in `lexical_changes` (with the old text of a deleted one), and `apply_changes` folds the log into
-the postings before the writer commits. Term count and total length of all chunks, which BM25
-needs, are kept in the projection's metadata.
+the postings before the writer commits. Chunk count and total weighted length of all chunks, which
+BM25 needs, are kept in the projection's metadata.
 
 Why not FTS5's `bm25()`: it costs 2–3 µs per matching row, and typical queries match a third or
 more of all chunks (on the scale corpus and on SciFact alike), so a store of 10,000 records spent
@@ -24,7 +33,7 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
@@ -40,6 +49,19 @@ MAX_COUNT = 0xFFFF  # occurrences and lengths are stored as 16-bit counts (satur
 STATS = "lexical_stats"  # metadata key: JSON {"chunks": n, "terms": total length}
 _BATCH = 500  # terms per statement
 _WORD = re.compile(r"\w+")  # for str patterns: str.isalnum() characters and "_"
+FIELD_WEIGHTS = (2, 1, 2, 1, 1, 1)  # title, heading path, aliases, tags, file name, chunk text
+# Function words left out of a query while it has other words: BM25 gives them little weight, but in
+# a conversational store ("what did I say…") they still outweigh nothing and add noise.
+STOPWORDS = frozenset(
+    """
+a about above after again against all am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her
+here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+now of off on once only or other our ours ourselves out over own same she should so some such than that the
+their theirs them themselves then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yourself yourselves
+""".split()
+)
 
 _TRIGGERS = (
     "CREATE TRIGGER chunks_lexical_insert AFTER INSERT ON chunks BEGIN "
@@ -52,9 +74,42 @@ _TRIGGERS = (
 )
 
 
-def terms(text: str) -> list[str]:
-    """Lowercased runs of Unicode letters, digits and `_`; everything else separates terms."""
+@cache
+def _stem() -> Callable[[str], str]:
+    import Stemmer  # PyStemmer: Snowball's C stemmers; imported only where terms are made
+
+    return Stemmer.Stemmer("english").stemWord  # type: ignore[no-any-return]
+
+
+def words(text: str) -> list[str]:
+    """Lowercased runs of Unicode letters, digits and `_`; everything else separates words."""
     return [word.lower() for word in _WORD.findall(text)]
+
+
+def terms(text: str) -> list[str]:
+    """The stemmed words of a text, in order: what the postings hold and what a query looks up."""
+    stem = _stem()
+    return [stem(word) for word in words(text)]
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct terms of a query, without stopwords unless it has nothing else."""
+    found = words(query)
+    content = [word for word in found if word not in STOPWORDS] or found
+    stem = _stem()
+    return list(dict.fromkeys(stem(word) for word in content))
+
+
+def weighted_terms(retrieval_text: str) -> tuple[Counter[str], int]:
+    """A retrieval text's weighted count of each term, and its weighted length."""
+    counts: Counter[str] = Counter()
+    length = 0
+    for field, weight in zip(retrieval_text.split("\n", len(FIELD_WEIGHTS) - 1), FIELD_WEIGHTS, strict=False):
+        found = terms(field)
+        length += weight * len(found)
+        for term in found:
+            counts[term] += weight
+    return counts, length
 
 
 def create(conn: Connection) -> None:
@@ -73,7 +128,7 @@ def _entry() -> np.dtype:
 @dataclass(frozen=True)
 class Stats:
     chunks: int
-    terms: int  # total length of all chunks, in terms
+    terms: int  # total weighted length of all chunks
 
     @classmethod
     def of(cls, settings: dict[str, str]) -> Stats:
@@ -110,9 +165,9 @@ def apply_changes(conn: sqlite3.Connection) -> None:
     dropped: dict[str, set[int]] = {}
     total = stats.terms
     for chunk, text in removed.items():
-        words = terms(text)
-        total -= len(words)
-        for term in set(words):
+        counts, length = weighted_terms(text)
+        total -= length
+        for term in counts:
             dropped.setdefault(term, set()).add(chunk)
     new = _Accumulator()
     for chunk, text in conn.execute(
@@ -138,17 +193,17 @@ class _Accumulator:
         self.entries: dict[str, tuple[array[int], array[int], array[int]]] = {}
 
     def add(self, chunk: int, text: str) -> int:
-        """Add one chunk's terms; returns its length in terms."""
-        words = terms(text)
-        length = min(len(words), MAX_COUNT)
-        for term, count in Counter(words).items():
+        """Add one chunk's terms; returns its weighted length."""
+        counts, total = weighted_terms(text)
+        length = min(total, MAX_COUNT)
+        for term, count in counts.items():
             found = self.entries.get(term)
             if found is None:
                 found = self.entries[term] = (array("i"), array("H"), array("H"))
             found[0].append(chunk)
             found[1].append(min(count, MAX_COUNT))
             found[2].append(length)
-        return len(words)
+        return total
 
     def packed(self, term: str) -> np.ndarray:
         import numpy as np
@@ -221,11 +276,12 @@ def rank(
     """(chunk ids, BM25 scores) of the best `limit` chunks matching a query term, best first (ties by
     chunk id).
 
-    Each distinct term matches as a prefix of a chunk's terms, except a one-letter ASCII term,
-    which matches only itself (as a prefix it would match most of the index). A term found in at
-    least half of the chunks adds almost nothing to BM25 (its inverse document frequency is not
-    positive), so it is left out when rarer terms remain: chunks that match only such words
-    ("the", "to", "of") are not scored at all, which changes no ranking among the rest.
+    Each distinct term matches itself; a term that is no term of the index matches, as a prefix,
+    the terms it begins ("portab" finds "portable"), except a one-letter ASCII term (as a prefix it
+    would match most of the index). A term found in at least half of the chunks adds almost nothing
+    to BM25 (its inverse document frequency is not positive), so it is left out when rarer terms
+    remain: chunks that match only such words are not scored at all, which changes no ranking
+    among the rest.
     """
     import numpy as np
 
@@ -248,16 +304,17 @@ def rank(
 
 
 def _matches(conn: sqlite3.Connection, term: str) -> np.ndarray:
-    """The postings of one query term: its own, or the merged postings of every term it prefixes."""
+    """The postings of one query term: its own, else the merged postings of every term it prefixes."""
     import numpy as np
 
-    if len(term) == 1 and term.isascii():
-        rows = conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchall()
-    elif ord(term[-1]) < 0x10FFFF:
+    row = conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchone()
+    if row is not None or (len(term) == 1 and term.isascii()):
+        return np.frombuffer(row[0] if row else b"", dtype=_entry())
+    if ord(term[-1]) < 0x10FFFF:
         after = term[:-1] + chr(ord(term[-1]) + 1)
-        rows = conn.execute("SELECT entries FROM postings WHERE term >= ? AND term < ?", (term, after)).fetchall()
+        rows = conn.execute("SELECT entries FROM postings WHERE term > ? AND term < ?", (term, after)).fetchall()
     else:
-        rows = conn.execute("SELECT entries FROM postings WHERE term >= ? AND substr(term, 1, ?) = ?",
+        rows = conn.execute("SELECT entries FROM postings WHERE term > ? AND substr(term, 1, ?) = ?",
                             (term, len(term), term)).fetchall()  # fmt: skip
     if len(rows) <= 1:
         return np.frombuffer(rows[0][0] if rows else b"", dtype=_entry())

@@ -1,4 +1,4 @@
-"""Finding records: lexical (BM25), semantic (exact vector search) and hybrid (rank fusion),
+"""Finding records: lexical (BM25), semantic (exact vector search) and hybrid (score fusion),
 and compiling bounded, cited context with a receipt."""
 
 from .context import ContextOptions, ContextResult, context

@@ -52,13 +52,14 @@ def load_chunks(snapshot: Snapshot, chunk_ids: Iterable[int], options: SearchOpt
     where = " AND ".join(f"{column} IN ({', '.join('?' * len(values))})" for column, values in filters)
     rows = snapshot.conn.execute(
         "SELECT c.id, c.record_id, c.ordinal, c.text, r.title, r.kind, r.scope, r.status, r.access, r.path, "
-        f"r.aliases, r.sources FROM chunks AS c JOIN records AS r ON r.id = c.record_id WHERE {where}",
+        f"r.aliases, r.sources, r.created_at FROM chunks AS c JOIN records AS r ON r.id = c.record_id WHERE {where}",
         tuple(value for _column, values in filters for value in values),
     )
     root = str(snapshot.store_root)
     aliases: dict[str, list[str]] = {}
     loaded: dict[int, LoadedChunk] = {}
-    for chunk_id, record_id, ordinal, text, title, kind, scope, status, access, path, alias_json, sources in rows:
+    for row in rows:
+        chunk_id, record_id, ordinal, text, title, kind, scope, status, access, path, alias_json, sources, created = row
         hit = SearchHit(
             record_id=record_id,
             ordinal=ordinal,
@@ -71,6 +72,7 @@ def load_chunks(snapshot: Snapshot, chunk_ids: Iterable[int], options: SearchOpt
             sources_json=sources,
             path=f"{root}/{path}",
             scope_rank=scope_rank(scope, options.current_scope),
+            created_at=created,
         )
         if record_id not in aliases:
             aliases[record_id] = json.loads(alias_json)

@@ -1,10 +1,23 @@
-"""Hybrid ranking: reciprocal-rank fusion of the lexical and vector lists, one hit per record.
+"""Hybrid ranking: a convex combination of the lexical and vector scores, one hit per record.
 
-A record's score is the sum over both lists of `1 / (60 + rank)`, where rank is the record's
-position among distinct records of that list, plus deterministic boosts: +0.01 when it belongs to
-the current scope, +0.04 for an exact title match, +0.03 for an exact alias or file name match.
-The hit shows the record's chunk on which both lists agree best (highest fused chunk rank), and
-its reasons: the record's best `lexical:` reason, its best `vector:` distance, then the boosts.
+Each side's scores are first put on one scale, per query: a chunk's lexical part is its BM25 score
+divided by the best BM25 score among the query's lexical candidates of its scope (each store has
+its own BM25 statistics), its vector part is its cosine similarity (0 when negative) divided by
+the best among the vector candidates. Both divide by the best from a lower bound of 0 rather than
+from the weakest candidate, so that a few candidates of nearly equal similarity stay nearly
+equal. A chunk missing from a list has 0 from it. A record's score is
+
+    LEXICAL_WEIGHT · lexical + (1 − LEXICAL_WEIGHT) · vector + boosts,
+
+its parts taken from its best chunk on each side, plus deterministic boosts: +0.1 when it belongs
+to the current scope, +1.0 for an exact title match, +0.75 for an exact alias or file name match,
+and, when the query names a time, up to +`timeref.TIME_WEIGHT` for a record near it
+(`timeref`). Unlike reciprocal-rank fusion, a clear lexical winner (a BM25 score far above the
+next) keeps its lead, and a side whose candidates are all about equally good moves little.
+
+The hit shows the record's chunk with the best combined score, and its reasons: the record's best
+`lexical:` reason, its best `vector:` distance, `fusion:lexical=<part>,vector=<part>`, then the
+boosts (and the `time:` reason of a time reference).
 """
 
 from __future__ import annotations
@@ -12,41 +25,72 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .hits import SearchHit
+from .timeref import TIME_WEIGHT, TimeReference, closeness
 
-RRF_K = 60
-CURRENT_SCOPE_BOOST = 0.01
-EXACT_BOOSTS = {"exact_title": 0.04, "exact_alias": 0.03, "exact_filename": 0.03}
+LEXICAL_WEIGHT = 0.5
+CURRENT_SCOPE_BOOST = 0.1
+EXACT_BOOSTS = {"exact_title": 1.0, "exact_alias": 0.75, "exact_filename": 0.75}
 
 
 @dataclass
 class _Record:
-    chunks: dict[int, tuple[SearchHit, float]] = field(default_factory=dict)  # ordinal -> (hit, fused chunk rank)
+    chunks: dict[int, tuple[SearchHit, float, float]] = field(default_factory=dict)  # ordinal -> (hit, lex, vec)
     lexical: SearchHit | None = None  # best lexical chunk
     vector: SearchHit | None = None  # best vector chunk
+    parts: list[float] = field(default_factory=lambda: [0.0, 0.0])  # normalised lexical and vector parts
     score: float = 0.0
     shown: SearchHit | None = None
 
 
-def fuse(lexical: list[SearchHit], semantic: list[SearchHit], current_scope: str | None, limit: int
-         ) -> list[SearchHit]:  # fmt: skip
+def fuse(lexical: list[SearchHit], semantic: list[SearchHit], current_scope: str | None, limit: int,
+         time: TimeReference | None = None) -> list[SearchHit]:  # fmt: skip
     """The best `limit` records, one hit each. Both lists must already be sorted best first."""
     records: dict[str, _Record] = {}
-    for ranked, slot in ((lexical, "lexical"), (semantic, "vector")):
-        record_rank = 0
-        for chunk_rank, hit in enumerate(ranked, 1):
+    for side, (ranked, parts) in enumerate(((lexical, _lexical_parts(lexical)), (semantic, _vector_parts(semantic)))):
+        for hit, part in zip(ranked, parts, strict=True):
             entry = records.setdefault(hit.record_id, _Record())
-            if getattr(entry, slot) is None:
-                record_rank += 1
-                setattr(entry, slot, hit)
-                entry.score += 1.0 / (RRF_K + record_rank)
-            previous, fused = entry.chunks.get(hit.ordinal, (hit, 0.0))
-            entry.chunks[hit.ordinal] = (previous, fused + 1.0 / (RRF_K + chunk_rank))
-    for entry in records.values():
-        best = max(entry.chunks, key=lambda ordinal: (entry.chunks[ordinal][1], -ordinal))
+            if side == 0 and entry.lexical is None:
+                entry.lexical = hit
+            elif side == 1 and entry.vector is None:
+                entry.vector = hit
+            entry.parts[side] = max(entry.parts[side], part)
+            shown, *chunk_parts = entry.chunks.get(hit.ordinal, (hit, 0.0, 0.0))
+            chunk_parts[side] = max(chunk_parts[side], part)
+            entry.chunks[hit.ordinal] = (shown, chunk_parts[0], chunk_parts[1])
+    nearness = _nearness(records, time)
+    for record_id, entry in records.items():
+        best = max(entry.chunks, key=lambda ordinal: (_combined(*entry.chunks[ordinal][1:]), -ordinal))
         entry.shown = entry.chunks[best][0]
-        entry.score += _boosts(entry, current_scope)[0]
-    ranked_records = sorted(records.values(), key=_order)
-    return [_merge(entry, current_scope) for entry in ranked_records[:limit]]
+        entry.score = _combined(*entry.parts) + _boosts(entry, current_scope, nearness.get(record_id), time)[0]
+    ranked_records = sorted(records.items(), key=lambda item: _order(item[1]))
+    return [_merge(entry, current_scope, nearness.get(record_id), time) for record_id, entry in ranked_records[:limit]]
+
+
+def _combined(lexical: float, vector: float) -> float:
+    return LEXICAL_WEIGHT * lexical + (1.0 - LEXICAL_WEIGHT) * vector
+
+
+def _lexical_parts(hits: list[SearchHit]) -> list[float]:
+    """BM25 over the best BM25 of the hits of the same scope (stores' statistics differ)."""
+    best: dict[str, float] = {}
+    for hit in hits:
+        best[hit.scope] = max(best.get(hit.scope, 0.0), hit.bm25)
+    return [hit.bm25 / best[hit.scope] if best[hit.scope] > 0 else 0.0 for hit in hits]
+
+
+def _vector_parts(hits: list[SearchHit]) -> list[float]:
+    """Cosine similarity (0 when negative) over the best similarity of the hits."""
+    similarities = [max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits]
+    best = max(similarities, default=0.0)
+    return [value / best if best > 0 else 0.0 for value in similarities]
+
+
+def _nearness(records: dict[str, _Record], time: TimeReference | None) -> dict[str, float]:
+    """Record id → closeness to the query's time reference (empty without one)."""
+    if time is None:
+        return {}
+    return closeness(time, {record_id: hit for record_id, entry in records.items()
+                            if (hit := entry.lexical or entry.vector) is not None})  # fmt: skip
 
 
 def _order(entry: _Record) -> tuple[float, int, str, int]:
@@ -60,7 +104,8 @@ def _shown(entry: _Record) -> SearchHit:
     return entry.shown
 
 
-def _boosts(entry: _Record, current_scope: str | None) -> tuple[float, list[str]]:
+def _boosts(entry: _Record, current_scope: str | None, near: float | None, time: TimeReference | None
+            ) -> tuple[float, list[str]]:  # fmt: skip
     """The deterministic boosts of a record and their reasons."""
     total, reasons = 0.0, []
     if _shown(entry).scope == current_scope:
@@ -70,16 +115,20 @@ def _boosts(entry: _Record, current_scope: str | None) -> tuple[float, list[str]
     if exact in EXACT_BOOSTS:
         total += EXACT_BOOSTS[exact]
         reasons.append(f"boost:{exact}")
+    if time is not None and near:
+        total += TIME_WEIGHT * near
+        reasons.append(f"time:{time.describe()},closeness={near:.2f}")
     return total, reasons
 
 
-def _merge(entry: _Record, current_scope: str | None) -> SearchHit:
+def _merge(entry: _Record, current_scope: str | None, near: float | None, time: TimeReference | None) -> SearchHit:
     reasons: list[str] = []
     if entry.lexical is not None:
         reasons.append(f"lexical:{entry.lexical.lexical_match_reason}")
     if entry.vector is not None:
         reasons.extend(entry.vector.match_reasons)
-    reasons += _boosts(entry, current_scope)[1]
+    reasons.append(f"fusion:lexical={entry.parts[0]:.3f},vector={entry.parts[1]:.3f}")
+    reasons += _boosts(entry, current_scope, near, time)[1]
     return replace(
         _shown(entry),
         score=entry.score,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from ..core.records import STATUSES
@@ -45,6 +46,7 @@ class SearchOptions:
     kinds: tuple[str, ...] | None = None
     current_scope: str | None = None  # default: the first store's scope
     mode: str = "hybrid"
+    now: datetime | None = None  # the moment relative times in the query refer to (default: the clock)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -85,6 +87,8 @@ class SearchHit:
     match_reasons: list[str] = field(default_factory=list)
     vector_distance: float | None = None
     scope_rank: int = 0  # 2 = current scope, 1 = global, 0 = other
+    created_at: str = ""  # the record's, RFC 3339
+    bm25: float = 0.0  # the lexical side's BM25 score of this chunk (0 for a vector hit)
 
     @property
     def sources(self) -> list[dict[str, str]]:

@@ -1,7 +1,8 @@
 """Lexical retrieval: BM25 over the retrieval text (the projection's postings), plus match-kind boosts.
 
-Which chunks match and how BM25 weighs them is `index.postings.rank`: every query term as a
-prefix, terms found in half of the chunks or more left out while rarer ones remain.
+Which chunks match and how BM25 weighs them is `index.postings`: the query's stemmed words without
+stopwords (`query_terms`), each matching itself or, when the index lacks it, as a prefix; terms
+found in half of the chunks or more left out while rarer ones remain.
 
 Score, increasing with relevance: `boost + 0.5 * s / (1 + s)` with `s` the BM25 score. The BM25
 part stays below 0.5, the gap between neighbouring boosts, so a stronger kind of match (exact
@@ -27,7 +28,7 @@ MAX_CANDIDATE_CHUNKS = 1000
 def lexical_hits(snapshot: Snapshot, query: str, options: SearchOptions, limit: int) -> list[SearchHit]:
     """Up to `limit` best chunks of one store that pass the filters, scored, each with one
     `lexical:<reason>` reason."""
-    terms = postings.terms(query)
+    terms = postings.query_terms(query)
     if not terms or limit < 1:
         return []
     limit = min(limit, MAX_CANDIDATE_CHUNKS)
@@ -47,6 +48,7 @@ def lexical_hits(snapshot: Snapshot, query: str, options: SearchOptions, limit: 
                 reason = reasons.of(chunk)
                 chunk.hit.score = LEXICAL_BOOSTS[reason] + BM25_SHARE * strength / (1.0 + strength)
                 chunk.hit.lexical_match_reason = reason
+                chunk.hit.bm25 = strength
                 chunk.hit.match_reasons = [f"lexical:{reason}"]
                 hits.append(chunk.hit)
                 if len(hits) == limit:

@@ -10,7 +10,7 @@ model. Otherwise the search runs lexically and reports why (`semantic_fallback`)
 - the model fails on the query: `embedding_execution_failed`.
 
 Ordering: hybrid and semantic hits are ordered by score, the current scope breaking exact ties;
-the +0.01 current-scope boost makes an equally relevant project memory come before a global one,
+the +0.1 current-scope boost makes an equally relevant project memory come before a global one,
 while a clearly more relevant global memory can still rank first. Lexical-only results keep
 several chunks per record and are ordered by kind of match, then scope, then bm25 (see
 `hits.by_lexical_tier`).
@@ -22,12 +22,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..core.errors import IndexUnavailable
 from ..core.stores import StorePaths, record_scope
 from ..index import postings
 from ..index import projection as pj
+from . import timeref
 from .chunks import Snapshot
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
@@ -138,7 +140,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
         matrices = [current_matrix(snapshot, embedder) for snapshot in snapshots]
         if any(matrix is None for matrix in matrices):
             raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
-        if postings.terms(query):
+        if postings.words(query):
             pending = _EMBEDDING.submit(_nearest, embedder, query, matrices, options, depth)
             try:
                 if hybrid:
@@ -151,7 +153,11 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     lexical.sort(key=by_score)
     semantic.sort(key=by_score)
     limit = options.bounded_limit
-    hits = fuse(lexical, semantic, options.current_scope, limit) if hybrid else _one_per_record(semantic)[:limit]
+    if hybrid:
+        time = timeref.parse(query, options.now or datetime.now(UTC))
+        hits = fuse(lexical, semantic, options.current_scope, limit, time)
+    else:
+        hits = _one_per_record(semantic)[:limit]
     return Ranking(hits, wanted, None, embedder.model_id, embedder.model_version)
 
 
