@@ -1,0 +1,124 @@
+"""Our layer over the engine: the rules it misses, and the values that are never secrets.
+
+Rules (one expression per family, the value in group `v`):
+
+- the reference's prefixed tokens with their minimum lengths, widened to every documented kind
+  (GitHub, GitLab, Slack, Stripe, OpenAI/Anthropic `sk-`, Google, AWS key ids, npm, PyPI,
+  Hugging Face, SendGrid, Twilio);
+- private key headers (PEM and PGP) anywhere in a line, ending it or followed by key material;
+- credentials in a request: `Authorization:` anywhere in a line, `X-…-Token:`-style headers,
+  `bearer=`, `curl -u user:pass`, `--password=`;
+- credential URLs (`scheme://user:password@host`) and connection strings (`;Password=…`,
+  `&password=…`).
+
+Accepted values (`is_placeholder`): template references (`<…>`, `${…}`, `{{…}}`, `$NAME`),
+words such as `password` or `token`, documentation markers (`example`, `redacted`, `your_`…),
+and fill-ins whose longest alphanumeric run (of 12 or more), past its first four characters, uses at most three
+distinct characters (`ghp_xxxx…`, `AKIAXXXX…`, `sk-AAAA…`). SHA-256/512 digests and UUIDs
+are accepted where a rule reads its value from context rather than a vendor prefix (`is_digest`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+_B = r"(?<![A-Za-z0-9_-])"  # a token starts here
+_E = r"(?![A-Za-z0-9_-])"  # and ends here
+_VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]+)"""
+_HEADER_VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]{8,})"""  # the reference's substantive credential
+
+RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (family, re.compile(pattern))
+    for family, pattern in (
+        ("github", _B + r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E),
+        (
+            "gitlab",
+            _B + r"(?P<v>(?:gl(?:pat|rt|oas|ptt|cbt|imt|agent|soat|ft|ffct|dt)-|GR1348941)[A-Za-z0-9_.-]{14,})" + _E,
+        ),
+        ("slack", _B + r"(?P<v>xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})" + _E),
+        ("slack", r"(?P<v>https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]{20,})"),
+        ("stripe", _B + r"(?P<v>[rs]k_(?:live|test|prod)_[A-Za-z0-9]{12,})" + _E),
+        ("anthropic", _B + r"(?P<v>sk-ant-[A-Za-z0-9_-]{14,})" + _E),
+        ("openai", _B + r"(?P<v>sk-[A-Za-z0-9_-]{21,})" + _E),
+        ("google", _B + r"(?P<v>AIza[A-Za-z0-9_-]{26,})" + _E),
+        ("aws", r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16})(?![A-Za-z0-9])"),
+        ("aws", r"(?i:aws_?secret(?:_access)?_?key|secretaccesskey)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"),
+        ("npm", _B + r"(?P<v>npm_[A-Za-z0-9]{36})" + _E),
+        ("pypi", _B + r"(?P<v>pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})" + _E),
+        ("huggingface", _B + r"(?P<v>(?:hf_|api_org_)[A-Za-z]{34})" + _E),
+        ("sendgrid", _B + r"(?P<v>SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})" + _E),
+        ("twilio", r"(?<![A-Za-z0-9])(?P<v>SK[0-9a-fA-F]{32})(?![A-Za-z0-9])"),
+        ("twilio", r"(?i:twilio\w*(?:auth|secret)\w*)[\"']?\s*[:=]\s*[\"']?(?P<v>[0-9a-f]{32})"),
+        ("jwt", _B + r"(?P<v>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})" + _E),
+        (
+            "private_key",
+            r"(?P<v>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)(?:[ \t]*(?:\r?\n|$)|\s*[A-Za-z0-9+/=]{16})",
+        ),
+        (
+            "authorization",
+            r"(?i:(?<![\w-])(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
+            r"(?:(?i:bearer|basic|token|digest)\s+)?" + _HEADER_VALUE,
+        ),
+        (
+            "authorization",
+            r"(?<![\w-])(?:X-[A-Za-z-]*(?:Token|Key|Secret|Auth)[A-Za-z-]*|PRIVATE-TOKEN|Token|Api-Key|API-Key)"
+            r"\s*:\s*" + _HEADER_VALUE,
+        ),
+        ("authorization", r"(?i:(?<![\w-])bearer=)" + _HEADER_VALUE),
+        ("authorization", r"(?<!\S)(?:-u|--user|--proxy-user)\s+[\"']?[^\s:\"']+:" + _VALUE),
+        ("authorization", r"(?<!\S)--(?:http-|ftp-|proxy-)?password[= ]" + _VALUE),
+        ("credential_url", r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:(?P<v>[^\s/?#]+)@"),
+        ("credential_url", r"(?:^|[;?&])\s*(?i:password|pwd)=(?P<v>[^;&\s\"']+)"),
+    )
+)
+# Families whose rule reads a value from its context (a header, a URL, the engine's `key = …`
+# rules): the value needs this many bytes, and a SHA-256/512 digest or a UUID there is no secret.
+MIN_CONTEXT_BYTES = {"authorization": 4, "credential_url": 4, "generic": 4}
+
+_PLACEHOLDER_WORDS = frozenset(
+    {"password", "passwd", "pass", "pwd", "token", "secret", "api_key", "apikey", "changeme", "bearer", "basic"}
+)
+_PLACEHOLDER_STARTS = ("<", "${", "{{", "$", "%", "*", "...")
+_PLACEHOLDER_MARKERS = ("example", "placeholder", "redacted", "your_", "your-", "yourtoken", "dummy", "xxxx", "...")
+_FILL_IN_RUN = 12
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+_DIGEST = re.compile(
+    r"(?:sha\d*[:-])?(?:[0-9a-fA-F]{64}|[0-9a-fA-F]{128}"
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+)
+
+
+def matches(text: str) -> Iterator[tuple[str, str]]:
+    """(family, value) for every match of our rules."""
+    for family, pattern in RULES:
+        for found in pattern.finditer(text):
+            yield family, found["v"]
+
+
+def is_placeholder(value: str) -> bool:
+    """A value that stands for a secret without being one."""
+    value = value.strip("\"'`")
+    lowered = value.lower()
+    if lowered in _PLACEHOLDER_WORDS or lowered.startswith(_PLACEHOLDER_STARTS):
+        return True
+    if any(marker in lowered for marker in _PLACEHOLDER_MARKERS):
+        return True
+    runs = _ALNUM_RUN.findall(value)
+    if not runs:
+        return True
+    longest = max(runs, key=len)
+    return len(longest) >= _FILL_IN_RUN and len(set(longest[4:])) <= 3
+
+
+def is_digest(value: str) -> bool:
+    """A SHA-256 or SHA-512 hex digest, or a UUID (32- and 40-hex values are token shapes too)."""
+    return _DIGEST.fullmatch(value) is not None
+
+
+def accepted(family: str, value: str) -> bool:
+    """True when a match of `family` on `value` is not a secret."""
+    if is_placeholder(value):
+        return True
+    minimum = MIN_CONTEXT_BYTES.get(family)
+    return minimum is not None and (len(value.encode()) < minimum or is_digest(value))
