@@ -1,7 +1,8 @@
 """The secret guard against the candidate engines on the labelled set in tests/fixtures/secrets/.
 
 For each engine: recall per family, false positives per negative category, latency of one scan
-of a 64 KiB body (p50/p95, clean and with one token at its end), and, in a fresh process, the
+of a 64 KiB body (p50/p95: the repository's own docs and code; a body packed with the labelled
+negatives, alone and with one token at its end), and, in a fresh process, the
 import time and the first scan (rule compilation) beside `sbuf --version`. Installed size and
 licence come from the installed distribution's metadata.
 
@@ -116,6 +117,12 @@ def body(negatives: list[dict[str, str]], secret: str | None) -> str:
     return "\n".join(parts)[: BODY_BYTES + (len(secret) if secret else 0)]
 
 
+def repository_text() -> str:
+    """64 KiB of this repository's own Markdown and Python: what records usually hold."""
+    paths = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "src" / "stormbuffer" / "core").glob("*.py"))
+    return "\n".join(path.read_text(encoding="utf-8") for path in paths)[:BODY_BYTES]
+
+
 def latency_ms(scan: Callable[[str], bool], text: str, runs: int) -> dict[str, float]:
     scan(text)
     times = []
@@ -142,7 +149,7 @@ def fresh_process(engine: str) -> dict[str, float]:
         statement, build = FRESH[engine]
     code = (
         "import time\nt0 = time.perf_counter()\n"
-        f"{statement}\nt1 = time.perf_counter()\n{build}\nscan('token ghp_' + 'a1B2' * 9)\n"
+        f"{statement}\nt1 = time.perf_counter()\n{build}\nscan('plain notes with no secret')\n"
         "t2 = time.perf_counter()\nprint((t1 - t0) * 1000, (t2 - t1) * 1000)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -193,6 +200,7 @@ def measure(engine: str, positives: list[dict[str, str]], negatives: list[dict[s
         "recall_overall": round(sum(caught.values()) / len(positives), 3),
         "false_positives": {family: refused[family] for family in sorted(seen) if refused[family]},
         "false_positive_rate": round(sum(refused.values()) / len(negatives), 4),
+        "body_repository_ms": latency_ms(scan, repository_text(), runs),
         "body_clean_ms": latency_ms(scan, clean, runs),
         "body_with_secret_ms": latency_ms(scan, dirty, runs),
         "fresh_process": fresh_process(engine),
@@ -250,8 +258,9 @@ def report(results: dict[str, Any], version: float) -> None:
         ("overall recall", lambda r: f"{r['recall_overall'] * 100:.1f}%"),
         ("families < 97 %", lambda r: str(sum(v < TARGETS["recall"] for v in r["recall"].values()))),
         ("negatives refused", lambda r: f"{r['false_positive_rate'] * 100:.2f}%"),
-        ("64 KiB p50 ms", lambda r: str(r["body_clean_ms"]["p50"])),
-        ("64 KiB p95 ms", lambda r: str(r["body_clean_ms"]["p95"])),
+        ("64K docs+code p50", lambda r: str(r["body_repository_ms"]["p50"])),
+        ("64K docs+code p95", lambda r: str(r["body_repository_ms"]["p95"])),
+        ("64K negatives p95", lambda r: str(r["body_clean_ms"]["p95"])),
         ("64 KiB+secret p95", lambda r: str(r["body_with_secret_ms"]["p95"])),
         ("import ms", lambda r: str(r["fresh_process"]["import_ms"])),
         ("first scan ms", lambda r: str(r["fresh_process"]["first_scan_ms"])),

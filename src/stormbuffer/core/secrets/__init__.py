@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..records import Record, searchable_fields
 from . import engine, rules
 
 _ESCAPES = (("\\n", "\n"), ("\\r", "\n"), ("\\t", " "), (">", "> "), ("<", " <"))
@@ -44,4 +45,14 @@ def find_secret_fields(fields: Iterable[tuple[str, str]]) -> list[str]:
     for name, text in fields:
         if name not in found and contains_secret(text):
             found.append(name)
+    return found
+
+
+def records_with_secrets(records: Iterable[Record]) -> list[tuple[str, list[str]]]:
+    """(record id, rule families) for every record whose agent-writable text holds a secret."""
+    found = []
+    for record in records:
+        families = sorted({family for _name, text in searchable_fields(record) for family in secret_families(text)})
+        if families:
+            found.append((record.id, families))
     return found

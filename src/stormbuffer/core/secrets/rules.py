@@ -22,55 +22,53 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import cache
 
 _B = r"(?<![A-Za-z0-9_-])"  # a token starts here
 _E = r"(?![A-Za-z0-9_-])"  # and ends here
 _VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]+)"""
 _HEADER_VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]{8,})"""  # the reference's substantive credential
 
-RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (family, re.compile(pattern))
-    for family, pattern in (
-        ("github", _B + r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E),
-        (
-            "gitlab",
-            _B + r"(?P<v>(?:gl(?:pat|rt|oas|ptt|cbt|imt|agent|soat|ft|ffct|dt)-|GR1348941)[A-Za-z0-9_.-]{14,})" + _E,
-        ),
-        ("slack", _B + r"(?P<v>xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})" + _E),
-        ("slack", r"(?P<v>https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]{20,})"),
-        ("stripe", _B + r"(?P<v>[rs]k_(?:live|test|prod)_[A-Za-z0-9]{12,})" + _E),
-        ("anthropic", _B + r"(?P<v>sk-ant-[A-Za-z0-9_-]{14,})" + _E),
-        ("openai", _B + r"(?P<v>sk-[A-Za-z0-9_-]{21,})" + _E),
-        ("google", _B + r"(?P<v>AIza[A-Za-z0-9_-]{26,})" + _E),
-        ("aws", r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16})(?![A-Za-z0-9])"),
-        ("aws", r"(?i:aws_?secret(?:_access)?_?key|secretaccesskey)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"),
-        ("npm", _B + r"(?P<v>npm_[A-Za-z0-9]{36})" + _E),
-        ("pypi", _B + r"(?P<v>pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})" + _E),
-        ("huggingface", _B + r"(?P<v>(?:hf_|api_org_)[A-Za-z]{34})" + _E),
-        ("sendgrid", _B + r"(?P<v>SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})" + _E),
-        ("twilio", r"(?<![A-Za-z0-9])(?P<v>SK[0-9a-fA-F]{32})(?![A-Za-z0-9])"),
-        ("twilio", r"(?i:twilio\w*(?:auth|secret)\w*)[\"']?\s*[:=]\s*[\"']?(?P<v>[0-9a-f]{32})"),
-        ("jwt", _B + r"(?P<v>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})" + _E),
-        (
-            "private_key",
-            r"(?P<v>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)(?:[ \t]*(?:\r?\n|$)|\s*[A-Za-z0-9+/=]{16})",
-        ),
-        (
-            "authorization",
-            r"(?i:(?<![\w-])(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
-            r"(?:(?i:bearer|basic|token|digest)\s+)?" + _HEADER_VALUE,
-        ),
-        (
-            "authorization",
-            r"(?<![\w-])(?:X-[A-Za-z-]*(?:Token|Key|Secret|Auth)[A-Za-z-]*|PRIVATE-TOKEN|Token|Api-Key|API-Key)"
-            r"\s*:\s*" + _HEADER_VALUE,
-        ),
-        ("authorization", r"(?i:(?<![\w-])bearer=)" + _HEADER_VALUE),
-        ("authorization", r"(?<!\S)(?:-u|--user|--proxy-user)\s+[\"']?[^\s:\"']+:" + _VALUE),
-        ("authorization", r"(?<!\S)--(?:http-|ftp-|proxy-)?password[= ]" + _VALUE),
-        ("credential_url", r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:(?P<v>[^\s/?#]+)@"),
-        ("credential_url", r"(?:^|[;?&])\s*(?i:password|pwd)=(?P<v>[^;&\s\"']+)"),
-    )
+RULES: tuple[tuple[str, str], ...] = (
+    ("github", _B + r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E),
+    (
+        "gitlab",
+        _B + r"(?P<v>(?:gl(?:pat|rt|oas|ptt|cbt|imt|agent|soat|ft|ffct|dt)-|GR1348941)[A-Za-z0-9_.-]{14,})" + _E,
+    ),
+    ("slack", _B + r"(?P<v>xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})" + _E),
+    ("slack", r"(?P<v>https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]{20,})"),
+    ("stripe", _B + r"(?P<v>[rs]k_(?:live|test|prod)_[A-Za-z0-9]{12,})" + _E),
+    ("anthropic", _B + r"(?P<v>sk-ant-[A-Za-z0-9_-]{14,})" + _E),
+    ("openai", _B + r"(?P<v>sk-[A-Za-z0-9_-]{21,})" + _E),
+    ("google", _B + r"(?P<v>AIza[A-Za-z0-9_-]{26,})" + _E),
+    ("aws", r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16})(?![A-Za-z0-9])"),
+    ("aws", r"(?i:aws_?secret(?:_access)?_?key|secretaccesskey)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"),
+    ("npm", _B + r"(?P<v>npm_[A-Za-z0-9]{36})" + _E),
+    ("pypi", _B + r"(?P<v>pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})" + _E),
+    ("huggingface", _B + r"(?P<v>(?:hf_|api_org_)[A-Za-z]{34})" + _E),
+    ("sendgrid", _B + r"(?P<v>SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})" + _E),
+    ("twilio", r"(?<![A-Za-z0-9])(?P<v>SK[0-9a-fA-F]{32})(?![A-Za-z0-9])"),
+    ("twilio", r"(?i:twilio\w*(?:auth|secret)\w*)[\"']?\s*[:=]\s*[\"']?(?P<v>[0-9a-f]{32})"),
+    ("jwt", _B + r"(?P<v>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})" + _E),
+    (
+        "private_key",
+        r"(?P<v>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)(?:[ \t]*(?:\r?\n|$)|\s*[A-Za-z0-9+/=]{16})",
+    ),
+    (
+        "authorization",
+        r"(?i:(?<![\w-])(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
+        r"(?:(?i:bearer|basic|token|digest)\s+)?" + _HEADER_VALUE,
+    ),
+    (
+        "authorization",
+        r"(?<![\w-])(?:X-[A-Za-z-]*(?:Token|Key|Secret|Auth)[A-Za-z-]*|PRIVATE-TOKEN|Token|Api-Key|API-Key)"
+        r"\s*:\s*" + _HEADER_VALUE,
+    ),
+    ("authorization", r"(?i:(?<![\w-])bearer=)" + _HEADER_VALUE),
+    ("authorization", r"(?<!\S)(?:-u|--user|--proxy-user)\s+[\"']?[^\s:\"']+:" + _VALUE),
+    ("authorization", r"(?<!\S)--(?:http-|ftp-|proxy-)?password[= ]" + _VALUE),
+    ("credential_url", r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:(?P<v>[^\s/?#]+)@"),
+    ("credential_url", r"(?:^|[;?&])\s*(?i:password|pwd)=(?P<v>[^;&\s\"']+)"),
 )
 # Families whose rule reads a value from its context (a header, a URL, the engine's `key = …`
 # rules): the value needs this many bytes, and a SHA-256/512 digest or a UUID there is no secret.
@@ -89,9 +87,14 @@ _DIGEST = re.compile(
 )
 
 
+@cache
+def _compiled() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((family, re.compile(pattern)) for family, pattern in RULES)
+
+
 def matches(text: str) -> Iterator[tuple[str, str]]:
     """(family, value) for every match of our rules."""
-    for family, pattern in RULES:
+    for family, pattern in _compiled():
         for found in pattern.finditer(text):
             yield family, found["v"]
 
