@@ -165,7 +165,7 @@ def test_a_scan_opens_no_socket(tmp_path: Path) -> None:
 
 def test_the_trace_would_show_a_socket(tmp_path: Path) -> None:
     done, calls = traced("import socket\nsocket.socket().close()", "", tmp_path)
-    assert done.returncode == 0 and any(call.split(" ", 1)[1].startswith("socket(") for call in calls)
+    assert done.returncode == 0 and any("socket(AF_INET" in call for call in calls)
 
 
 lowercase_words = st.lists(st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=24), max_size=60)

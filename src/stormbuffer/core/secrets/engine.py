@@ -6,13 +6,16 @@ that a scan opens no socket. It is imported on the first scan, never by read-onl
 Its scan time grows faster than the text, so a long text is scanned in windows of about 1 KiB cut
 at line ends, each window repeating the previous window's last line (a key id and its secret on
 adjacent lines stay together; a private key block longer than a window is caught by our own rule).
+Windows without a token-shaped run are not sent at all (`may_hold_a_token`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 WINDOW_BYTES = 1024
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.-]{16,}")
 _FAMILY_OF_PREFIX = {
     "curl": "authorization",
     "gcp": "google",
@@ -27,8 +30,18 @@ def findings(text: str) -> Iterator[tuple[str, str]]:
     import betterleaks
 
     for window in windows(text):
+        if not may_hold_a_token(window):
+            continue
         for found in betterleaks.scan_string(window):
             yield family(found.rule_id), found.secret
+
+
+def may_hold_a_token(window: str) -> bool:
+    """A key block, or a run of 16 or more token characters with a digit: the engine is not asked
+    about windows of words and identifiers alone (our rules cover the letters-only token kinds)."""
+    return "-----BEGIN" in window or any(
+        any(character.isdigit() for character in run) for run in _TOKEN_RUN.findall(window)
+    )
 
 
 def family(rule_id: str) -> str:

@@ -24,52 +24,63 @@ import re
 from collections.abc import Iterator
 from functools import cache
 
-_B = r"(?<![A-Za-z0-9_-])"  # a token starts here
-_E = r"(?![A-Za-z0-9_-])"  # and ends here
+_E = r"(?![A-Za-z0-9_-])"  # a token ends here
 _VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]+)"""
 _HEADER_VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]{8,})"""  # the reference's substantive credential
 
-RULES: tuple[tuple[str, str], ...] = (
-    ("github", _B + r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E),
+# (family, expression, whether the match must not follow a token character). Each expression
+# starts with literal text, so that a search skips ahead to it instead of trying every position.
+RULES: tuple[tuple[str, str, bool], ...] = (
+    ("github", r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E, True),
     (
         "gitlab",
-        _B + r"(?P<v>(?:gl(?:pat|rt|oas|ptt|cbt|imt|agent|soat|ft|ffct|dt)-|GR1348941)[A-Za-z0-9_.-]{14,})" + _E,
+        r"(?P<v>(?:gl(?:pat|rt|oas|ptt|cbt|imt|agent|soat|ft|ffct|dt)-|GR1348941)[A-Za-z0-9_.-]{14,})" + _E,
+        True,
     ),
-    ("slack", _B + r"(?P<v>xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})" + _E),
-    ("slack", r"(?P<v>https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]{20,})"),
-    ("stripe", _B + r"(?P<v>[rs]k_(?:live|test|prod)_[A-Za-z0-9]{12,})" + _E),
-    ("anthropic", _B + r"(?P<v>sk-ant-[A-Za-z0-9_-]{14,})" + _E),
-    ("openai", _B + r"(?P<v>sk-[A-Za-z0-9_-]{21,})" + _E),
-    ("google", _B + r"(?P<v>AIza[A-Za-z0-9_-]{26,})" + _E),
-    ("aws", r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16})(?![A-Za-z0-9])"),
-    ("aws", r"(?i:aws_?secret(?:_access)?_?key|secretaccesskey)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"),
-    ("npm", _B + r"(?P<v>npm_[A-Za-z0-9]{36})" + _E),
-    ("pypi", _B + r"(?P<v>pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})" + _E),
-    ("huggingface", _B + r"(?P<v>(?:hf_|api_org_)[A-Za-z]{34})" + _E),
-    ("sendgrid", _B + r"(?P<v>SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})" + _E),
-    ("twilio", r"(?<![A-Za-z0-9])(?P<v>SK[0-9a-fA-F]{32})(?![A-Za-z0-9])"),
-    ("twilio", r"(?i:twilio\w*(?:auth|secret)\w*)[\"']?\s*[:=]\s*[\"']?(?P<v>[0-9a-f]{32})"),
-    ("jwt", _B + r"(?P<v>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})" + _E),
+    ("slack", r"(?P<v>xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})" + _E, True),
+    ("slack", r"(?P<v>https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]{20,})", False),
+    ("stripe", r"(?P<v>[rs]k_(?:live|test|prod)_[A-Za-z0-9]{12,})" + _E, True),
+    ("anthropic", r"(?P<v>sk-ant-[A-Za-z0-9_-]{14,})" + _E, True),
+    ("openai", r"(?P<v>sk-[A-Za-z0-9_-]{21,})" + _E, True),
+    ("google", r"(?P<v>AIza[A-Za-z0-9_-]{26,})" + _E, True),
+    ("aws", r"(?P<v>(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16})(?![A-Za-z0-9])", True),
+    (
+        "aws",
+        r"(?:aws|AWS)_?(?i:secret(?:_access)?_?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+        False,
+    ),
+    ("aws", r"SecretAccessKey[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])", False),
+    ("npm", r"(?P<v>npm_[A-Za-z0-9]{36})" + _E, True),
+    ("pypi", r"(?P<v>pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})" + _E, True),
+    ("huggingface", r"(?P<v>(?:hf_|api_org_)[A-Za-z]{34})" + _E, True),
+    ("sendgrid", r"(?P<v>SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})" + _E, True),
+    ("twilio", r"(?P<v>SK[0-9a-fA-F]{32})(?![A-Za-z0-9])", True),
+    ("twilio", r"(?:twilio|TWILIO)_?(?i:\w*(?:auth|secret)\w*)[\"']?\s*[:=]\s*[\"']?(?P<v>[0-9a-f]{32})", False),
+    ("jwt", r"(?P<v>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})" + _E, True),
     (
         "private_key",
         r"(?P<v>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)(?:[ \t]*(?:\r?\n|$)|\s*[A-Za-z0-9+/=]{16})",
+        False,
     ),
     (
         "authorization",
-        r"(?i:(?<![\w-])(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
+        r"(?:authorization|Authorization|AUTHORIZATION)[\"']?\s*[:=]\s*[\"']?"
         r"(?:(?i:bearer|basic|token|digest)\s+)?" + _HEADER_VALUE,
+        False,
     ),
     (
         "authorization",
-        r"(?<![\w-])(?:X-[A-Za-z-]*(?:Token|Key|Secret|Auth)[A-Za-z-]*|PRIVATE-TOKEN|Token|Api-Key|API-Key)"
-        r"\s*:\s*" + _HEADER_VALUE,
+        r"(?:X-[A-Za-z-]*(?:Token|Key|Secret|Auth)[A-Za-z-]*|PRIVATE-TOKEN|Token|Api-Key|API-Key)\s*:\s*"
+        + _HEADER_VALUE,
+        True,
     ),
-    ("authorization", r"(?i:(?<![\w-])bearer=)" + _HEADER_VALUE),
-    ("authorization", r"(?<!\S)(?:-u|--user|--proxy-user)\s+[\"']?[^\s:\"']+:" + _VALUE),
-    ("authorization", r"(?<!\S)--(?:http-|ftp-|proxy-)?password[= ]" + _VALUE),
-    ("credential_url", r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:(?P<v>[^\s/?#]+)@"),
-    ("credential_url", r"(?:^|[;?&])\s*(?i:password|pwd)=(?P<v>[^;&\s\"']+)"),
+    ("authorization", r"(?:bearer|Bearer|BEARER)=" + _HEADER_VALUE, True),
+    ("authorization", r"-(?:u|-user|-proxy-user)\s+[\"']?[^\s:\"']+:" + _VALUE, True),
+    ("authorization", r"--(?:http-|ftp-|proxy-)?password[= ]" + _VALUE, True),
+    ("credential_url", r"://[^\s/?#@:]*:(?P<v>[^\s/?#]+)@", False),
+    ("credential_url", r"(?:password|Password|PASSWORD|pwd|Pwd|PWD)=(?P<v>[^;&\s\"']+)", False),
 )
+_TOKEN_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 # Families whose rule reads a value from its context (a header, a URL, the engine's `key = …`
 # rules): the value needs this many bytes, and a SHA-256/512 digest or a UUID there is no secret.
 MIN_CONTEXT_BYTES = {"authorization": 4, "credential_url": 4, "generic": 4}
@@ -88,15 +99,17 @@ _DIGEST = re.compile(
 
 
 @cache
-def _compiled() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    return tuple((family, re.compile(pattern)) for family, pattern in RULES)
+def _compiled() -> tuple[tuple[str, re.Pattern[str], bool], ...]:
+    return tuple((family, re.compile(pattern), bounded) for family, pattern, bounded in RULES)
 
 
 def matches(text: str) -> Iterator[tuple[str, str]]:
     """(family, value) for every match of our rules."""
-    for family, pattern in _compiled():
+    for family, pattern, bounded in _compiled():
         for found in pattern.finditer(text):
-            yield family, found["v"]
+            start = found.start()
+            if not (bounded and start and text[start - 1] in _TOKEN_CHARACTERS):
+                yield family, found["v"]
 
 
 def is_placeholder(value: str) -> bool:
