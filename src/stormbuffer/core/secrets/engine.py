@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 WINDOW_BYTES = 1024
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.-]{16,}")
+_HEX_AND_DASH = "0123456789abcdefABCDEF-"
 _FAMILY_OF_PREFIX = {
     "curl": "authorization",
     "gcp": "google",
@@ -37,10 +38,12 @@ def findings(text: str) -> Iterator[tuple[str, str]]:
 
 
 def may_hold_a_token(window: str) -> bool:
-    """A key block, or a run of 16 or more token characters with a digit: the engine is not asked
-    about windows of words and identifiers alone (our rules cover the letters-only token kinds)."""
+    """A key block, or a run of 16 or more token characters with a digit that is not only hex
+    digits and dashes: the engine is not asked about windows of words, identifiers, hashes and
+    UUIDs alone (our rules cover the letters-only and hex token kinds)."""
     return "-----BEGIN" in window or any(
-        any(character.isdigit() for character in run) for run in _TOKEN_RUN.findall(window)
+        any(character.isdigit() for character in run) and run.strip(_HEX_AND_DASH) != ""
+        for run in _TOKEN_RUN.findall(window)
     )
 
 

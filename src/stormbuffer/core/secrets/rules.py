@@ -3,8 +3,8 @@
 Rules (one expression per family, the value in group `v`):
 
 - the reference's prefixed tokens with their minimum lengths, widened to every documented kind
-  (GitHub, GitLab, Slack, Stripe, OpenAI/Anthropic `sk-`, Google, AWS key ids, npm, PyPI,
-  Hugging Face, SendGrid, Twilio);
+  (GitHub, and its legacy 40-hex tokens after a `github…` name; GitLab, Slack, Stripe,
+  OpenAI/Anthropic `sk-`, Google, AWS key ids, npm, PyPI, Hugging Face, SendGrid, Twilio);
 - private key headers (PEM and PGP) anywhere in a line, ending it or followed by key material;
 - credentials in a request: `Authorization:` anywhere in a line, `X-…-Token:`-style headers,
   `bearer=`, `curl -u user:pass`, `--password=`;
@@ -32,6 +32,11 @@ _HEADER_VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]{8,})"""  # the reference's su
 # starts with literal text, so that a search skips ahead to it instead of trying every position.
 RULES: tuple[tuple[str, str, bool], ...] = (
     ("github", r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E, True),
+    (
+        "github",
+        r"(?:github|GITHUB|Github)\w*[\"']?\s*[:=]\s*[\"']?(?P<v>[0-9a-f]{40})(?![0-9A-Za-z])",
+        False,
+    ),
     (
         "gitlab",
         r"(?P<v>(?:gl(?:pat|rt|oas|ptt|cbt|imt|agent|soat|ft|ffct|dt)-|GR1348941)[A-Za-z0-9_.-]{14,})" + _E,
