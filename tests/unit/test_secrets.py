@@ -1,69 +1,70 @@
-"""The secret guard: detection rules, placeholders, and field reporting."""
+"""The secret guard: the labelled set's per-family targets, the reference's examples, placeholders,
+field reporting, engine windows, and a scan that opens no socket."""
 
 from __future__ import annotations
 
+import json
 import string
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from stormbuffer.core.secrets import contains_secret, find_secret_fields
+from stormbuffer.core.secrets import contains_secret, engine, find_secret_fields, secret_families
 
-TAIL = "0123456789abcdefghijklmnop"
-PREFIX_MINIMUMS = [
-    ("github_pat_", 24),
-    ("ghp_", 20),
-    ("gho_", 20),
-    ("ghu_", 20),
-    ("ghs_", 20),
-    ("glpat-", 20),
-    ("sk_live_", 20),
-    ("rk_live_", 20),
-    ("sk-", 24),
-    ("xoxb-", 24),
-    ("xoxp-", 24),
-    ("xoxa-", 24),
-    ("AIza", 30),
-]
-PLACEHOLDER_MARKERS = ("example", "placeholder", "redacted", "your_token", "your-token")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "secrets"
+TARGET_RECALL = 0.97
+TARGET_FALSE_POSITIVES = 0.01
 
 
-def token_of_length(prefix: str, length: int) -> str:
-    filler = (TAIL * 4)[: length - len(prefix)]
-    return prefix + filler
+def labelled(name: str) -> list[dict[str, str]]:
+    with (FIXTURES / f"{name}.jsonl").open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+POSITIVES = labelled("positives")
+NEGATIVES = labelled("negatives")
+
+
+@pytest.mark.parametrize("family", sorted({row["family"] for row in POSITIVES}))
+def test_each_family_meets_the_recall_target(family: str) -> None:
+    rows = [row["text"] for row in POSITIVES if row["family"] == family]
+    missed = [text for text in rows if not contains_secret(text)]
+    assert 1 - len(missed) / len(rows) >= TARGET_RECALL, f"{len(missed)} of {len(rows)} missed"
+
+
+def test_negatives_meet_the_false_positive_target() -> None:
+    refused = Counter(row["family"] for row in NEGATIVES if contains_secret(row["text"]))
+    assert sum(refused.values()) / len(NEGATIVES) <= TARGET_FALSE_POSITIVES, refused
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "family"),
     [
-        "-----BEGIN RSA PRIVATE KEY-----\nmaterial",
-        "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.signature",
-        "proxy-authorization: Basic dXNlcjphLXJlYWwtcGFzc3dvcmQ=",
-        *(
-            f"token {prefix}{TAIL}"
-            for prefix in (
-                "ghp_",
-                "gho_",
-                "ghu_",
-                "ghs_",
-                "github_pat_",
-                "glpat-",
-                "sk_live_",
-                "rk_live_",
-                "sk-proj-",
-                "xoxb-",
-                "xoxp-",
-                "xoxa-",
-            )
-        ),
-        "token AIza0123456789abcdefghijklmnopqrstuv",
-        "AWS_ACCESS_KEY_ID=AKIA0123456789ABCDEF",
-        "postgres://service:correct-horse-battery@db.internal/app",
+        ("-----BEGIN RSA PRIVATE KEY-----\nmaterial", "private_key"),
+        ('{"key": "-----BEGIN PGP PRIVATE KEY BLOCK-----\\nlQOYBGXyz0123456789abcdefABCDEF"}', "private_key"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.signature", "authorization"),
+        ("proxy-authorization: Basic dXNlcjphLXJlYWwtcGFzc3dvcmQ=", "authorization"),
+        ('curl -H "Authorization: token 9f8e7d6c5b4a39281706" https://api.github.com', "authorization"),
+        ("curl -u deploy:hunter22 https://ci.lan", "authorization"),
+        ("call it with bearer=Zk29xLq81mWp", "authorization"),
+        ("token ghr_0123456789abcdefghijklmnop", "github"),
+        ("<id>glcbt-0123456789abcdefghij</id>", "gitlab"),
+        ("token sk_test_0123456789abcdefghij", "stripe"),
+        ("token AIza0123456789abcdefghijklmnopqrstuv", "google"),
+        ("AWS_ACCESS_KEY_ID=ASIA0123456789ABCDEF", "aws"),
+        ("postgres://service:correct-horse-battery@db.internal/app", "credential_url"),
+        ("Server=db;User Id=sa;Password=Tr0ub4dor;", "credential_url"),
+        ("NPM_TOKEN=npm_0123456789abcdefghijABCDEFGHIJ012345", "npm"),
     ],
 )
-def test_reference_examples_are_detected(text: str) -> None:
+def test_examples_are_detected_with_their_family(text: str, family: str) -> None:
     assert contains_secret(text)
+    assert family in secret_families(text)
 
 
 @pytest.mark.parametrize(
@@ -71,174 +72,26 @@ def test_reference_examples_are_detected(text: str) -> None:
     [
         "fixed in 3f786850e387550fdab836ed7e6dc881de23001b",
         "record 0190f5c2-7a3e-7cc1-9a0e-5f3d2b1c4a99 superseded 123e4567-e89b-12d3-a456-426614174000",
-        "use Authorization: Bearer ${YOUR_TOKEN}",
         "Authorization: Bearer ${YOUR_TOKEN}",
+        "Authorization: Bearer <token>",
         "set token to github_pat_example_placeholder",
         "https://user:<password>@example.com/docs",
         "https://user:password@example.com/docs",
         "the sk- prefix is discussed without a credential",
-    ],
-)
-def test_reference_examples_are_allowed(text: str) -> None:
-    assert not contains_secret(text)
-
-
-@pytest.mark.parametrize(("prefix", "minimum"), PREFIX_MINIMUMS)
-def test_each_prefix_matches_from_its_minimum_length(prefix: str, minimum: int) -> None:
-    at_minimum = token_of_length(prefix, minimum)
-    below_minimum = token_of_length(prefix, minimum - 1)
-    assert len(at_minimum) == minimum
-    assert contains_secret(f"value {at_minimum} here")
-    assert not contains_secret(f"value {below_minimum} here")
-
-
-@pytest.mark.parametrize(("prefix", "minimum"), PREFIX_MINIMUMS)
-def test_prefix_tail_must_be_token_characters(prefix: str, minimum: int) -> None:
-    token = token_of_length(prefix, minimum + 4)
-    broken = token[: minimum - 2] + "." + token[minimum - 2 :]
-    assert not contains_secret(f"value {broken} here")
-
-
-def test_prefixes_are_case_sensitive() -> None:
-    assert not contains_secret("GHP_0123456789abcdefghijklmnop")
-    assert not contains_secret("aiza0123456789abcdefghijklmnopqrstuv")
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "(ghp_0123456789abcdefghijklmnop)",
-        "see [ghp_0123456789abcdefghijklmnop]",
-        "token ghp_0123456789abcdefghijklmnop!?.",
-        '{"token": "ghp_0123456789abcdefghijklmnop"}',
-        "export GITHUB_TOKEN='ghp_0123456789abcdefghijklmnop';",
-        "use `ghp_0123456789abcdefghijklmnop`!",
-        "key=ghp_0123456789abcdefghijklmnop,next",
-    ],
-)
-def test_tokens_are_found_inside_punctuation(text: str) -> None:
-    assert contains_secret(text)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "github_pat_REDACTED_0123456789abcdef",
-        "ghp_your_token_goes_here_0123456789",
-        "sk-proj-EXAMPLE0123456789abcdefghij",
-        "xoxb-placeholder-0123456789abcdefgh",
-    ],
-)
-def test_placeholder_tokens_are_allowed(text: str) -> None:
-    assert not contains_secret(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("AWS_ACCESS_KEY_ID=AKIA0123456789ABCDEF", True),
-        ("key AKIAIOSFODNN7ABCDEFG.", True),
-        ("key AKIA0123456789ABCDE", False),  # 19 characters
-        ("key AKIA0123456789ABCDEFG", False),  # 21 characters
-        ("key AKIA0123456789abcdef", False),  # lowercase
-        ("key AKIB0123456789ABCDEF", False),
-    ],
-)
-def test_aws_access_key_ids(text: str, expected: bool) -> None:
-    assert contains_secret(text) is expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("postgres://service:correct-horse-battery@db.internal/app", True),
-        ("see redis://:s3cr3t-passw0rd@cache:6379/0 for details", True),
-        ("mysql://app:'quoted-secret-1'@db?ssl=true", True),
-        ("https://u:p@ss:w0rd-long@host/path", True),
-        ("https://user:<password>@example.com/docs", False),
-        ("https://user:password@example.com/docs", False),
-        ("https://user:PASSWD@host/docs", False),
-        ("https://user:${DB_PASSWORD}@host/docs", False),
-        ("https://user:{{db_password}}@host/docs", False),
-        ("https://user:xxxxxxxx@host/docs", False),
-        ("https://user:********@host/docs", False),
-        ("https://user:your-password@host/docs", False),
-        ("https://user:short@host/docs", False),
-        ("https://user@host/docs", False),
-        ("https://host/docs?redirect=user:longpassword@other", False),
-        ("https://host/path#frag:longpassword@x", False),
-        ("ssh://git@github.com/org/repo.git", False),
-    ],
-)
-def test_credential_urls(text: str, expected: bool) -> None:
-    assert contains_secret(text) is expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("curl https://host/api?x=1 bearer=s3cr3t-value-123", True),
-        ("BEARER=s3cr3t-value-123", True),
-        ("Bearer=s3cr3t-value-123 trailing", True),
-        ("bearer=${API_TOKEN}", False),
-        ("bearer=short", False),
-        ("bearer=", False),
-        ("bearer=xxxxxxxxxxxx", False),
-        ("mybearer=s3cr3t-value-123", False),
-    ],
-)
-def test_bearer_equals_words(text: str, expected: bool) -> None:
-    assert contains_secret(text) is expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("Authorization: s3cr3t-value-123", True),
-        ("  AUTHORIZATION:   Basic   dXNlcjpzM2NyM3Q=  ", True),
-        ("Proxy-Authorization: Bearer abcdefgh12345", True),
-        ('Authorization: Bearer "abcdefgh12345"', True),
-        ("Authorization : Bearer abcdefgh12345", False),
-        ("use Authorization: Bearer abcdefgh12345", False),
-        ("Authorization: Bearer", False),
-        ("Authorization: Bearer <token>", False),
-        ("Authorization: Bearer {{token}}", False),
-        ("Authorization: Bearer ********", False),
-        ("Authorization: Bearer short", False),
-        ("Authorization: token", False),
-        ("Authorization: Bearer your_token_here", False),
-        ("X-Authorization: Bearer abcdefgh12345", False),
-    ],
-)
-def test_authorization_headers(text: str, expected: bool) -> None:
-    assert contains_secret(text) is expected
-
-
-@pytest.mark.parametrize(
-    "header",
-    [
-        "-----BEGIN RSA PRIVATE KEY-----",
-        "-----BEGIN EC PRIVATE KEY-----",
-        "-----BEGIN OPENSSH PRIVATE KEY-----",
-        "-----BEGIN ENCRYPTED PRIVATE KEY-----",
-        "-----BEGIN PRIVATE KEY-----",
-        "   -----BEGIN DSA PRIVATE KEY-----   ",
-    ],
-)
-def test_pem_private_keys(header: str) -> None:
-    assert contains_secret(f"key follows\n{header}\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----")
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8A",
-        "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIEAgAAuTANBgkq",
         "the header -----BEGIN RSA PRIVATE KEY----- marks a key file",
+        "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8A",
+        "ghp_" + "x" * 36,
+        "glpat-xxxxxxxxxxxxxxxxxxxx",
+        "xoxb-xxxx-xxxx-xxxx",
+        "AKIAXXXXXXXXXXXXXXXX",
+        "AKIAIOSFODNN7EXAMPLE",
+        "sk-" + "A" * 48,
+        "cache key: " + "ab12" * 16,
     ],
 )
-def test_pem_lookalikes_are_allowed(text: str) -> None:
+def test_placeholders_hashes_and_prose_are_allowed(text: str) -> None:
     assert not contains_secret(text)
+    assert secret_families(text) == []
 
 
 @pytest.mark.parametrize(
@@ -247,46 +100,72 @@ def test_pem_lookalikes_are_allowed(text: str) -> None:
         "notes\r\n-----BEGIN OPENSSH PRIVATE KEY-----\r\nb3BlbnNzaC1rZXktdjEA\r\n",
         "GET / HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig\r\n\r\n",
         "first\r\ntoken ghp_0123456789abcdefghijklmnop\r\n",
-        "url\r\npostgres://svc:correct-horse-battery@db/app\r\n",
     ],
 )
 def test_crlf_text_is_scanned(text: str) -> None:
     assert contains_secret(text)
 
 
-def test_crlf_text_without_secrets_is_allowed() -> None:
-    assert not contains_secret("Authorization: Bearer ${TOKEN}\r\nplain notes\r\n")
-
-
-def test_find_secret_fields_names_fields_without_values() -> None:
+def test_find_secret_fields_names_fields_once_in_order_without_values() -> None:
     token = "ghp_0123456789abcdefghijklmnop"
     fields = [
         ("title", "Deploy notes"),
-        ("body", "Run the deploy script."),
-        ("tags[0]", "ops"),
-        ("sources[0].reference", "https://git.example/ops/deploy"),
+        ("body", "Authorization: Bearer abcdefgh12345"),
         ("sources[0].revision", token),
+        ("body", "postgres://u:correct-horse-battery@db/app"),
         ("sources[0].content_hash", "3f786850e387550fdab836ed7e6dc881de23001b"),
     ]
-    found = find_secret_fields(fields)
-    assert found == ["sources[0].revision"]
-    assert all(token not in name for name in found)
-
-
-def test_find_secret_fields_keeps_order_and_reports_each_name_once() -> None:
-    fields = [
-        ("body", "Authorization: Bearer abcdefgh12345"),
-        ("aliases", "safe"),
-        ("tags", "AKIA0123456789ABCDEF"),
-        ("body", "postgres://u:correct-horse-battery@db/app"),
-        ("title", "-----BEGIN PRIVATE KEY-----"),
-    ]
-    assert find_secret_fields(fields) == ["body", "tags", "title"]
-
-
-def test_find_secret_fields_on_clean_fields() -> None:
-    assert find_secret_fields([]) == []
+    assert find_secret_fields(fields) == ["body", "sources[0].revision"]
     assert find_secret_fields([("title", "Use the sk- prefix docs"), ("body", "nothing here")]) == []
+
+
+def test_a_long_text_is_scanned_in_overlapping_windows_covering_every_line() -> None:
+    lines = [f"line {index} " + "w" * 40 for index in range(200)]
+    windows = list(engine.windows("\n".join(lines)))
+    assert len(windows) > 1 and all(len(window) < 2 * engine.WINDOW_BYTES for window in windows)
+    assert set(lines) <= {line for window in windows for line in window.split("\n")}
+    for before, after in zip(windows, windows[1:], strict=False):
+        assert before.split("\n")[-1] == after.split("\n")[0]
+
+
+def test_a_secret_deep_in_a_64_kib_body_is_found_by_the_engine() -> None:
+    """Our rules have no Databricks rule; the engine does, in whichever window the token lands."""
+    token = "dapi" + "0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
+    text = "\n".join(["plain notes about the deploy"] * 1500 + [f"DATABRICKS_TOKEN={token}"] + ["more"] * 500)
+    assert len(text) > 45_000 and secret_families(text) == ["databricks"]
+
+
+NO_SOCKET = """
+import sys
+from stormbuffer.core.secrets import secret_families
+texts = [text for text in sys.stdin.read().split("\\0") if text]
+print(sum(bool(secret_families(text)) for text in texts))
+"""
+
+
+def traced(code: str, stdin: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run `code` in a fresh interpreter under strace; the socket and connect calls of every thread
+    (the engine's native code included, which Python's audit hooks cannot see)."""
+    log = tmp_path / "strace.log"
+    command = ["strace", "-f", "-qq", "-e", "trace=socket,connect", "-e", "signal=none", "-o", str(log)]
+    done = subprocess.run(
+        [*command, sys.executable, "-c", code], input=stdin, capture_output=True, text=True, check=False
+    )
+    return done, log.read_text(encoding="utf-8").splitlines()
+
+
+def test_a_scan_opens_no_socket(tmp_path: Path) -> None:
+    """Every positive through the engine and our rules, traced at the system-call level."""
+    texts = [row["text"] for row in POSITIVES]
+    done, calls = traced(NO_SOCKET, "\0".join(texts), tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert int(done.stdout) >= TARGET_RECALL * len(texts)
+    assert calls == []
+
+
+def test_the_trace_would_show_a_socket(tmp_path: Path) -> None:
+    done, calls = traced("import socket\nsocket.socket().close()", "", tmp_path)
+    assert done.returncode == 0 and any("socket(AF_INET" in call for call in calls)
 
 
 lowercase_words = st.lists(st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=24), max_size=60)
@@ -298,10 +177,10 @@ def test_lowercase_prose_never_triggers(words: list[str]) -> None:
 
 
 @given(
-    before=st.text(max_size=80),
-    tail=st.text(alphabet=string.ascii_letters + string.digits, min_size=20, max_size=60),
-    after=st.text(max_size=80),
+    before=st.text(alphabet=string.printable, max_size=80),
+    tail=st.text(alphabet=string.ascii_letters + string.digits, min_size=36, max_size=36),
+    after=st.text(alphabet=string.printable, max_size=80),
 )
 def test_embedded_github_token_always_triggers(before: str, tail: str, after: str) -> None:
-    assume(not any(marker in tail.lower() for marker in PLACEHOLDER_MARKERS))
+    assume(len(set(tail[4:])) > 3 and not any(marker in tail.lower() for marker in ("example", "xxxx", "dummy")))
     assert contains_secret(f"{before} ghp_{tail} {after}")

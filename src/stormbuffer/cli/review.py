@@ -10,6 +10,7 @@ import click
 from ..core.records import KIND_REASON, KINDS, SOURCE_KIND_REASON, SOURCE_KINDS
 from ..core.repository import Repository, StoredRecord, find_match
 from ..core.scopes import parse_scope
+from ..core.secrets import records_with_secrets
 from ..core.timestamps import Timestamp
 from .context import Cli, current, fail
 from .failures import failing
@@ -129,7 +130,8 @@ def audit(stale_after_days: int, as_json: bool) -> None:
     cli = current()
     cli.machine_mode = as_json
     stored = _read_store("could not audit store")
-    findings = sorted(_findings(stored, stale_after_days, cli), key=lambda found: (found.kind, found.record_ids))
+    health = _findings(stored, stale_after_days, cli) + _secret_findings(stored, cli)
+    findings = sorted(health, key=lambda found: (found.kind, found.record_ids))
     if as_json:
         report = {"findings": [asdict(found) for found in findings]}
         click.echo(json.dumps(report, separators=(",", ":"), ensure_ascii=False))
@@ -185,3 +187,18 @@ def _findings(stored: list[StoredRecord], stale_after_days: int, cli: Cli) -> li
                 )
             )
     return findings
+
+
+def _secret_findings(stored: list[StoredRecord], cli: Cli) -> list[Finding]:
+    """Records whose text holds a secret, by id and rule family; the value is never shown."""
+    return [
+        Finding(
+            "secret",
+            [record_id],
+            f"the record's text holds credential-like material ({', '.join(families)})",
+            "likely",
+            "memories hold no credentials: agent writes with one are refused, edited files are only reported",
+            f"sbuf {cli.scope_flag} edit {record_id}",
+        )
+        for record_id, families in records_with_secrets(item.record for item in stored)
+    ]

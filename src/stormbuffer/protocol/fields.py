@@ -12,7 +12,6 @@ from typing import Any
 from stormbuffer.core.ids import new_record_id, parse_record_id
 from stormbuffer.core.records import Record, Source, searchable_fields
 from stormbuffer.core.scopes import is_valid_scope
-from stormbuffer.core.secrets import find_secret_fields
 from stormbuffer.core.timestamps import Timestamp
 
 from .errors import SECRET_DETECTED, ProtocolError, invalid_request
@@ -103,7 +102,12 @@ def guard_proposal(request: Mapping[str, Any]) -> None:
 
 
 def guard_secrets(record: Record) -> None:
-    """The secret guard for every agent-originated write; the match is never reported."""
+    """The secret guard for every agent-originated write; the match is never reported.
+
+    Imported here, so that reads never load the guard's rules or its engine.
+    """
+    from stormbuffer.core.secrets import find_secret_fields
+
     if find_secret_fields(searchable_fields(record)):
         raise ProtocolError("secret_detected", SECRET_DETECTED)
 

@@ -1,0 +1,58 @@
+"""The secret guard: spots credentials in agent-written record fields and in stored records.
+
+A text holds a secret when the rule engine (Betterleaks, see `engine`) or one of our own rules
+(see `rules`) matches a value that is not a placeholder, digest or UUID. Before scanning, escaped
+line breaks (a literal `\\n` in JSON) become real ones. Results name fields and rule families
+only; a matched value never leaves this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..records import Record, searchable_fields
+from . import engine, rules
+
+_ESCAPES = (("\\n", "\n"), ("\\r", "\n"), ("\\t", " "), (">", "> "), ("<", " <"))
+
+
+def secret_families(text: str) -> list[str]:
+    """The rule families of the secrets in `text`, sorted, once each (empty when there are none)."""
+    text = normalized(text)
+    found = {family for family, value in rules.matches(text) if not rules.accepted(family, value)}
+    found.update(family for family, value in engine.findings(text) if not rules.accepted(family, value))
+    return sorted(found)
+
+
+def contains_secret(text: str) -> bool:
+    """True when `text` holds a secret; our rules run first, the engine only when they find none."""
+    text = normalized(text)
+    if any(not rules.accepted(family, value) for family, value in rules.matches(text)):
+        return True
+    return any(not rules.accepted(family, value) for family, value in engine.findings(text))
+
+
+def normalized(text: str) -> str:
+    """The text with escaped line breaks and tabs unescaped and markup tags spaced from their content."""
+    for escaped, plain in _ESCAPES:
+        text = text.replace(escaped, plain)
+    return text
+
+
+def find_secret_fields(fields: Iterable[tuple[str, str]]) -> list[str]:
+    """Names of the `(name, text)` fields that contain a secret, once each, in input order."""
+    found: list[str] = []
+    for name, text in fields:
+        if name not in found and contains_secret(text):
+            found.append(name)
+    return found
+
+
+def records_with_secrets(records: Iterable[Record]) -> list[tuple[str, list[str]]]:
+    """(record id, rule families) for every record whose agent-writable text holds a secret."""
+    found = []
+    for record in records:
+        families = sorted({family for _name, text in searchable_fields(record) for family in secret_families(text)})
+        if families:
+            found.append((record.id, families))
+    return found
