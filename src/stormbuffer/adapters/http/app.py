@@ -32,12 +32,6 @@ HTTP_ERRORS = {
 }
 
 
-def store_context(request: Request) -> StoreContext:
-    """The store the server was started for."""
-    store: StoreContext = request.app.state.store
-    return store
-
-
 async def openapi_json(request: Request) -> Response:
     return Response(document_bytes(), media_type="application/json")
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.to_thread
+from starlette.requests import Request
 
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.core.repository import Repository
@@ -103,3 +104,9 @@ class StoreContext:
             self._writes.release()
             if self.session.freshness is not None:
                 self.session.freshness.changed(self.selected)
+
+
+def store_context(request: Request) -> StoreContext:
+    """The store the app serves, for any route (also the extra routes mounted into it)."""
+    store: StoreContext = request.app.state.store
+    return store

@@ -19,6 +19,7 @@ from stormbuffer.protocol.invoke import encode, failure, invoke_line
 from stormbuffer.protocol.session import Session
 
 from . import bodies
+from .context import store_context
 
 READ_OPERATIONS = frozenset({"search", "context", "get"})
 STATUS = {
@@ -33,8 +34,6 @@ STATUS = {
 
 
 async def invoke_operation(request: Request) -> Response:
-    from .app import store_context
-
     operation = request.path_params["operation"]
     data = await bodies.read(request)
     store = store_context(request)

@@ -21,7 +21,7 @@ from stormbuffer.protocol import fields
 from stormbuffer.protocol.errors import ProtocolError
 
 from . import bodies
-from .context import StoreContext
+from .context import store_context
 from .errors import NO_STORE, PRECONDITION_REQUIRED, REVISION_CONFLICT, ApiError, json_response, validation_error
 
 # Proposal outcome → status of POST /v1/records.
@@ -40,23 +40,17 @@ def record_response(stored: StoredRecord | tuple[Record, bytes], status: int = 2
     return json_response(record.to_json(), status, {"ETag": etag(data), **NO_STORE})
 
 
-def _context(request: Request) -> StoreContext:
-    from .app import store_context
-
-    return store_context(request)
-
-
 async def list_records(request: Request) -> Response:
     params = bodies.query_params(request, {"all": False})
     include_all = bodies.boolean(params, "all")
-    store = _context(request)
+    store = store_context(request)
     records = await store.read(lambda: store.repository().records(include_inactive=include_all))
     return json_response([record.to_json() for record in records])
 
 
 async def create_record(request: Request) -> Response:
     value = await bodies.record_input(request)
-    store = _context(request)
+    store = store_context(request)
     now = Timestamp.now()
     record = _record(value, new_record_id(), store.scope, now, now)
     result: ProposalResult = await store.write(store.repository().propose, record, "human")
@@ -68,7 +62,7 @@ async def create_record(request: Request) -> Response:
 
 async def get_record(request: Request) -> Response:
     record_id = bodies.record_id(request.path_params["id"])
-    store = _context(request)
+    store = store_context(request)
     return record_response(await store.read(store.repository().find, record_id))
 
 
@@ -78,7 +72,7 @@ async def replace_record(request: Request) -> Response:
     expected = request.headers.get("if-match", "").strip()
     if expected in ("", "*"):
         raise ApiError(428, "precondition_required", PRECONDITION_REQUIRED)
-    store = _context(request)
+    store = store_context(request)
     return await store.write(_replace, store.repository(), record_id, expected, value)
 
 
@@ -140,7 +134,7 @@ async def reject_record(request: Request) -> Response:
 
 async def _decide(request: Request, *, approve: bool) -> Response:
     record_id = bodies.record_id(request.path_params["id"])
-    store = _context(request)
+    store = store_context(request)
     repository = store.repository()
     result = await store.write(repository.approve if approve else repository.reject, record_id)
     return json_response(result.to_json())
@@ -156,7 +150,7 @@ async def restore_record(request: Request) -> Response:
 
 async def _transition(request: Request, *, restore: bool) -> Response:
     record_id = bodies.record_id(request.path_params["id"])
-    store = _context(request)
+    store = store_context(request)
     repository = store.repository()
 
     def change() -> StoredRecord:

@@ -19,7 +19,7 @@ from stormbuffer.protocol.fields import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTE
 from stormbuffer.protocol.reads import prepare_retrieval
 
 from . import bodies
-from .context import StoreContext
+from .context import StoreContext, store_context
 from .errors import ApiError, json_response, validation_error
 
 MODE_HEADER = "Stormbuffer-Retrieval-Mode"
@@ -28,8 +28,6 @@ RECORDS_INVALID = "invalid input: one or more canonical records are invalid"
 
 
 async def search_records(request: Request) -> Response:
-    from .app import store_context
-
     params = bodies.query_params(request, {"query": True, "limit": False, "all": False})
     query = params["query"]
     if not query.strip():
