@@ -8,7 +8,7 @@ import httpx2
 import pytest
 
 from stormbuffer.core.ids import new_record_id
-from tests.helpers import tree_digest
+from tests.helpers import lock_held_elsewhere, tree_digest
 
 from .conftest import SECRET, Server
 
@@ -197,3 +197,14 @@ def test_an_invalid_record_file_is_reported_without_its_content(served: Server, 
     finally:
         path.unlink()
     assert client.get("/v1/records").status_code == 200
+
+
+def test_a_write_while_another_process_holds_the_store_is_busy(served: Server, client: httpx2.Client) -> None:
+    before = tree_digest(served.box.project_root / "records")
+    remember = {"version": 1, "title": "Busy", "kind": "fact", "body": "Not now.", "source": SOURCE}
+    with lock_held_elsewhere(served.box.project_root / "locks" / "mutation.lock"):
+        assert error(client.post("/v1/records", json=record_input(title="While busy"))) == (409, "store_busy")
+        answer = client.post("/v1/invoke/remember", json=remember)
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "conflict"
+        assert client.get("/v1/records").status_code == 200  # reads take no lock
+    assert tree_digest(served.box.project_root / "records") == before
