@@ -112,3 +112,14 @@ def test_the_openapi_document_is_generated_from_schema_v1(served: Server, client
             assert components["".join(part.capitalize() for part in name.replace(".", "-").split("-"))] == schemas.load(
                 name
             )
+
+
+def test_the_ipv6_loopback_address_serves_under_its_own_name(tmp_path: Path) -> None:
+    server = start(sandbox_with_stores(tmp_path, None), "--bind", "::1")
+    assert server.address.startswith("[::1]:")
+    with server.client() as client:
+        assert client.get("/v1/records").status_code == 200
+        assert client.get("/v1/records", headers={"Host": f"localhost:{server.port}"}).status_code == 200
+        refused = client.get("/v1/records", headers={"Host": f"127.0.0.1:{server.port}"})
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "host_not_allowed"
+    assert server.stop() == 0
