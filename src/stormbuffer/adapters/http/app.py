@@ -43,10 +43,10 @@ def api_routes() -> list[BaseRoute]:
         Route("/v1/records", records.create_record, methods=["POST"]),
         Route("/v1/records/{id}", records.get_record, methods=["GET"]),
         Route("/v1/records/{id}", records.replace_record, methods=["PUT"]),
-        Route("/v1/records/{id}/approve", records.approve_record, methods=["POST"]),
-        Route("/v1/records/{id}/reject", records.reject_record, methods=["POST"]),
-        Route("/v1/records/{id}/archive", records.archive_record, methods=["POST"]),
-        Route("/v1/records/{id}/restore", records.restore_record, methods=["POST"]),
+        *(
+            Route(f"/v1/records/{{id}}/{action}", records.change_lifecycle, methods=["POST"])
+            for action in records.LIFECYCLE_ACTIONS
+        ),
         Route("/v1/search", search.search_records, methods=["GET"]),
         Route("/v1/invoke/{operation}", invoke.invoke_operation, methods=["POST"]),
     ]

@@ -124,37 +124,24 @@ def _sources(values: list[dict[str, Any]]) -> tuple[Source, ...]:
         raise validation_error("sources", "is too long") from None
 
 
-async def approve_record(request: Request) -> Response:
-    return await _decide(request, approve=True)
+# Lifecycle actions: those answered with the proposal result, and those answered with the record.
+DECISIONS = {"approve": Repository.approve, "reject": Repository.reject}
+TRANSITIONS = {"archive": Repository.archive, "restore": Repository.restore}
+LIFECYCLE_ACTIONS = (*DECISIONS, *TRANSITIONS)
 
 
-async def reject_record(request: Request) -> Response:
-    return await _decide(request, approve=False)
-
-
-async def _decide(request: Request, *, approve: bool) -> Response:
+async def change_lifecycle(request: Request) -> Response:
+    """`POST /v1/records/{id}/<action>` for each action of `LIFECYCLE_ACTIONS`."""
+    action = request.url.path.rsplit("/", 1)[1]
     record_id = bodies.record_id(request.path_params["id"])
     store = store_context(request)
     repository = store.repository()
-    result = await store.write(repository.approve if approve else repository.reject, record_id)
-    return json_response(result.to_json())
-
-
-async def archive_record(request: Request) -> Response:
-    return await _transition(request, restore=False)
-
-
-async def restore_record(request: Request) -> Response:
-    return await _transition(request, restore=True)
-
-
-async def _transition(request: Request, *, restore: bool) -> Response:
-    record_id = bodies.record_id(request.path_params["id"])
-    store = store_context(request)
-    repository = store.repository()
+    if action in DECISIONS:
+        result: ProposalResult = await store.write(DECISIONS[action], repository, record_id)
+        return json_response(result.to_json())
 
     def change() -> StoredRecord:
-        (repository.restore if restore else repository.archive)(record_id)
+        TRANSITIONS[action](repository, record_id)
         return repository.find(record_id)
 
     return record_response(await store.write(change))
