@@ -136,6 +136,9 @@ def test_lifecycle_transitions(served: Server, client: httpx2.Client) -> None:
     assert archived.status_code == 200 and archived.json()["status"] == "archived" and "etag" in archived.headers
     assert record_id not in [item["id"] for item in client.get("/v1/records").json()]
     assert record_id in [item["id"] for item in client.get("/v1/records", params={"all": "true"}).json()]
+    stale_edit = client.put(f"/v1/records/{record_id}", json=record_input(title="Lifecycle"),
+                            headers={"If-Match": archived.headers["etag"]})  # fmt: skip
+    assert error(stale_edit) == (422, "invalid_state")
     again = client.post(f"/v1/records/{record_id}/archive", headers=JSON)
     assert error(again) == (422, "invalid_state")
     assert (
