@@ -123,3 +123,16 @@ def test_the_ipv6_loopback_address_serves_under_its_own_name(tmp_path: Path) -> 
         refused = client.get("/v1/records", headers={"Host": f"127.0.0.1:{server.port}"})
         assert refused.status_code == 403 and refused.json()["error"]["code"] == "host_not_allowed"
     assert server.stop() == 0
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
+def test_the_listening_socket_names_tcp_so_connections_send_without_delay(address: str) -> None:
+    """asyncio disables Nagle's algorithm only on connections of a socket whose protocol is IPPROTO_TCP."""
+    from stormbuffer.adapters.http.server import bind
+
+    with bind(address, 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP
+        with socket.create_connection(sock.getsockname()[:2], timeout=TIMEOUT):
+            accepted, _peer = sock.accept()
+            with accepted:
+                assert accepted.proto == socket.IPPROTO_TCP
