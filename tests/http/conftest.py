@@ -25,7 +25,6 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
-from tests.cli.conftest import acquired_models  # noqa: F401 - the shared model cache fixture
 from tests.helpers import SBUF, Sandbox, link_tree, record_markdown
 
 TIMEOUT = 60.0  # seconds: a guard against a hung server, never a speed assertion

@@ -60,6 +60,8 @@ def serve(address: str, port: int) -> None:
         from ..adapters.http.server import serve as run
 
         log_to_stderr()
-        run(store, sock)
+        from ..adapters.web import routes
+
+        run(store, sock, routes())
     finally:
         freshness.close()

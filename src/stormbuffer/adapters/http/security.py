@@ -6,7 +6,8 @@
   must not carry an `Origin` other than the server's own (403 `origin_not_allowed`; `Origin: null`
   and `Sec-Fetch-Site: cross-site` are foreign too) and must say `Content-Type: application/json`
   (415 `unsupported_media_type`), which a page cannot send to another origin without a CORS
-  preflight that this server never answers.
+  preflight that this server never answers. The one exception: a form of the review page (outside
+  `/v1/`) that carries this server's own `Origin`; the page checks its CSRF token as well.
 - A body declared larger than `MAX_BODY_BYTES` is refused before it is read (413); `bodies.read`
   bounds bodies without a length.
 
@@ -26,6 +27,7 @@ from .errors import error_response
 MAX_BODY_BYTES = 262144
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 JSON_TYPE = "application/json"
+FORM_TYPE = "application/x-www-form-urlencoded"
 TOO_LARGE = "request body exceeds the 262144-byte limit"
 
 
@@ -68,7 +70,8 @@ class LoopbackGuard:
         if headers.get("sec-fetch-site", "").lower() == "cross-site":
             return 403, "origin_not_allowed", "cross-origin requests are refused"
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media_type != JSON_TYPE:
+        page_form = media_type == FORM_TYPE and bool(origins) and not scope["path"].startswith("/v1/")
+        if media_type != JSON_TYPE and not page_form:  # a review page's form also carries its CSRF token
             return 415, "unsupported_media_type", "state-changing requests need Content-Type: application/json"
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):

@@ -12,14 +12,8 @@ from stormbuffer.core.stores import StorePaths, View, retrieval_stores
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.protocol.session import Session
 
+from ..http.records import etag
 from .render import DiffRow, side_by_side
-
-
-def etag(data: bytes) -> str:
-    """The record file's entity tag: a strong hash of its bytes, quoted."""
-    from blake3 import blake3
-
-    return f'"{blake3(data).hexdigest()}"'
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from stormbuffer.core.stores import StorePaths, View, global_store
 from stormbuffer.core.timestamps import Timestamp, later_of
 
 from ..http import store_context
+from ..http.records import etag
 from . import pages
 from .render import markdown, side_by_side
 
@@ -240,7 +241,7 @@ class Review:
         draft = {"title": record.title, "kind": record.kind, "body": record.body}
         return self.page(
             request, "edit.html", shown=shown, record_id=record_id, status_of=record.status,
-            etag=pages.etag(found.data), draft=draft,
+            etag=etag(found.data), draft=draft,
         )  # fmt: skip
 
     async def edit(self, request: Request) -> Response:
@@ -256,7 +257,7 @@ class Review:
         def save() -> Response | None:
             repository = Repository(shown.paths)
             current = repository.find(record_id)
-            if pages.etag(current.data) != started_from:
+            if etag(current.data) != started_from:
                 return self.conflict(request, shown, current, draft)
             if draft["kind"] not in KINDS:
                 raise InvalidInput("choose a kind: fact, decision, procedure or checkpoint")
@@ -301,7 +302,7 @@ class Review:
             status=409,
             shown=shown,
             record=theirs,
-            etag=pages.etag(current.data),
+            etag=etag(current.data),
             draft=draft,
             diff=side_by_side(
                 f"# {theirs.title}\nkind: {theirs.kind}\n\n{theirs.body}",
