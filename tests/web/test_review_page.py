@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 import urllib.error
 import urllib.parse
@@ -266,3 +267,22 @@ def test_reading_and_deciding_work_without_javascript(server: Server) -> None:
     finally:
         driver.quit()
     assert server.on_disk(record_id).status == "active"
+
+
+def test_a_cross_site_form_is_refused_even_with_the_token(server: Server) -> None:
+    record_id = server.propose("Cross-site target", "A candidate another site's form tries to approve.")
+    with urllib.request.urlopen(server.url + "/", timeout=10) as answer:
+        token = re.search(r'name="csrf" value="([^"]+)"', answer.read().decode())
+    assert token is not None
+    form = urllib.parse.urlencode({"csrf": token.group(1), "one": f"approve:{record_id}"}).encode()
+    for origin, path, status in (
+        ("http://attacker.example", "/review/decide", 403),  # another site
+        (server.url, f"/v1/records/{record_id}/approve", 415),  # the JSON API takes no forms
+    ):
+        request = urllib.request.Request(server.url + path, data=form, method="POST")
+        request.add_header("Content-Type", "application/x-www-form-urlencoded")
+        request.add_header("Origin", origin)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == status
+    assert server.on_disk(record_id).status == "candidate"
