@@ -30,6 +30,12 @@ docs:
     {{python}} scripts/bundle_schemas.py
     NO_MKDOCS_2_WARNING=1 {{python}} -m mkdocs build --strict
 
+# Copy the review page's latest test screenshots (build/screenshots/) into docs/web/.
+screenshots:
+    for name in inbox inbox-update-diff search-results edit-conflict; do cp build/screenshots/$name.png docs/web/; done
+    cp build/screenshots/test_a_hostile_record_renders_inert.png docs/web/hostile-record.png
+    cp build/screenshots/test_narrow_screen_and_health.png docs/web/health-360px.png
+
 # Every benchmark, saved to bench/results/*.json (long on a small machine: run one script to iterate).
 bench:
     {{python}} bench/scale.py

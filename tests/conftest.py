@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model, load_embedder
+from tests.helpers import run_sbuf, sbuf_env
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +30,12 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
 def embedder(model_cache: Callable[[str], Path]) -> Embedder:
     """The default model variant, loaded once per run."""
     return load_embedder(model_cache(DEFAULT_VARIANT))
+
+
+@pytest.fixture(scope="session")
+def acquired_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model cache written by one real `sbuf init`, shared by hard links so each test skips the build."""
+    base = tmp_path_factory.mktemp("models")
+    result = run_sbuf("init", cwd=base, env=sbuf_env(base))
+    assert result.returncode == 0, result.stderr
+    return base / "cache" / "stormbuffer" / "models"

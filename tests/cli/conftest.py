@@ -6,16 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Sandbox, link_tree, run_sbuf, sbuf_env
-
-
-@pytest.fixture(scope="session")
-def acquired_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The model cache written by one real `sbuf init`, shared by hard links so each test skips the build."""
-    base = tmp_path_factory.mktemp("models")
-    result = run_sbuf("init", cwd=base, env=sbuf_env(base))
-    assert result.returncode == 0, result.stderr
-    return base / "cache" / "stormbuffer" / "models"
+from tests.helpers import Sandbox, link_tree
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
-from tests.cli.conftest import acquired_models, sandbox  # noqa: F401 - fixtures shared with the CLI tests
+from tests.cli.conftest import sandbox  # noqa: F401 - a fixture shared with the CLI tests
 from tests.helpers import Sandbox, record_markdown
 
 STORMBUFFER_MCP = Path(sys.executable).parent / "stormbuffer-mcp"

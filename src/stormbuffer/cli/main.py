@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "inbox": "review:inbox",
     "audit": "review:audit",
     "mcp": "mcp:mcp",
+    "serve": "serve:serve",
     "export": "backup:export",
     "verify-export": "backup:verify_export",
     "import": "backup:import_records",

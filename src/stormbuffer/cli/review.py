@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import click
 
+from ..core import review
 from ..core.records import KIND_REASON, KINDS, SOURCE_KIND_REASON, SOURCE_KINDS
-from ..core.repository import Repository, StoredRecord, find_match
+from ..core.repository import Repository, StoredRecord
 from ..core.scopes import parse_scope
-from ..core.secrets import records_with_secrets
 from ..core.timestamps import Timestamp
-from .context import Cli, current, fail
+from .context import current, fail
 from .failures import failing
 from .main import command
 from .records import selected_store
 from .text import one_line
 
 MAX_DAYS = 36_500  # a century: larger ages are a typing mistake, not a policy
-_DAY_NS = 86_400 * 1_000_000_000
-
-
-def _whole_days(since: Timestamp, now: Timestamp) -> int:
-    return max(0, (now.instant_ns() - since.instant_ns()) // _DAY_NS)
 
 
 def _read_store(context: str) -> list[StoredRecord]:
@@ -63,22 +58,16 @@ def inbox(
         except ValueError as exc:
             fail(f"invalid scope: {exc}")
     stored = _read_store("could not review candidates")
-    now = Timestamp.now()
     entries: list[dict[str, object]] = []
-    for item in sorted(stored, key=lambda item: item.record.id):
-        record = item.record
-        if record.status != "candidate":
-            continue
-        age = _whole_days(record.created_at, now)
+    for candidate in review.candidates(stored, Timestamp.now()):
+        record = candidate.stored.record
         source_kinds = [source.kind for source in record.sources]
-        match = find_match(stored, record, exclude={record.id})
-        overlap_id = match[1].id if match else None
         if (
-            age < min_age_days
+            candidate.age_days < min_age_days
             or kind not in (None, record.kind)
             or (source is not None and source not in source_kinds)
             or scope not in (None, record.scope)
-            or (possible_overlap and overlap_id is None)
+            or (possible_overlap and candidate.overlap_id is None)
         ):
             continue
         entries.append(
@@ -87,9 +76,9 @@ def inbox(
                 "title": record.title,
                 "kind": record.kind,
                 "scope": record.scope,
-                "age_days": age,
+                "age_days": candidate.age_days,
                 "sources": source_kinds,
-                "possible_overlap_id": overlap_id,
+                "possible_overlap_id": candidate.overlap_id,
             }
         )
     if as_json:
@@ -107,16 +96,6 @@ def inbox(
 # ---- audit ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    record_ids: list[str]
-    evidence: str
-    confidence: str
-    rule: str
-    follow_up: str
-
-
 @command("audit", help="Audit memory health without changing canonical records.")
 @click.option(
     "--stale-after-days",
@@ -130,8 +109,7 @@ def audit(stale_after_days: int, as_json: bool) -> None:
     cli = current()
     cli.machine_mode = as_json
     stored = _read_store("could not audit store")
-    health = _findings(stored, stale_after_days, cli) + _secret_findings(stored, cli)
-    findings = sorted(health, key=lambda found: (found.kind, found.record_ids))
+    findings = review.findings(stored, stale_after_days, f"sbuf {cli.scope_flag}", Timestamp.now())
     if as_json:
         report = {"findings": [asdict(found) for found in findings]}
         click.echo(json.dumps(report, separators=(",", ":"), ensure_ascii=False))
@@ -143,62 +121,3 @@ def audit(stale_after_days: int, as_json: bool) -> None:
         click.echo(out.field("Rule", found.rule))
         click.echo(out.field("Follow up", found.follow_up))
     click.echo(out.field("Findings", str(len(findings))))
-
-
-def _findings(stored: list[StoredRecord], stale_after_days: int, cli: Cli) -> list[Finding]:
-    sbuf = f"sbuf {cli.scope_flag}"
-    now = Timestamp.now()
-    ids = {item.record.id for item in stored}
-    findings = []
-    for item in stored:
-        record = item.record
-        if record.status == "candidate":
-            findings.append(
-                Finding(
-                    "unresolved_candidate",
-                    [record.id],
-                    f'candidate "{record.title}" has awaited review for {_whole_days(record.created_at, now)} days',
-                    "certain",
-                    "every candidate needs an explicit approve or reject decision",
-                    f"{sbuf} approve {record.id} or {sbuf} reject {record.id}",
-                )
-            )
-        for missing in (old_id for old_id in record.supersedes if old_id not in ids):
-            findings.append(
-                Finding(
-                    "broken_link",
-                    [record.id],
-                    f'"{record.title}" supersedes {missing}, which is not in this store',
-                    "certain",
-                    "every supersedes link names a record of the same store",
-                    f"{sbuf} edit {record.id}",
-                )
-            )
-        age = _whole_days(record.updated_at, now)
-        if record.kind == "checkpoint" and record.status == "active" and age >= stale_after_days:
-            findings.append(
-                Finding(
-                    "stale_checkpoint",
-                    [record.id],
-                    f'checkpoint "{record.title}" was last updated {age} days ago',
-                    "likely",
-                    f"an active checkpoint not updated for {stale_after_days} days is probably stale",
-                    f"{sbuf} archive {record.id}",
-                )
-            )
-    return findings
-
-
-def _secret_findings(stored: list[StoredRecord], cli: Cli) -> list[Finding]:
-    """Records whose text holds a secret, by id and rule family; the value is never shown."""
-    return [
-        Finding(
-            "secret",
-            [record_id],
-            f"the record's text holds credential-like material ({', '.join(families)})",
-            "likely",
-            "memories hold no credentials: agent writes with one are refused, edited files are only reported",
-            f"sbuf {cli.scope_flag} edit {record_id}",
-        )
-        for record_id, families in records_with_secrets(item.record for item in stored)
-    ]

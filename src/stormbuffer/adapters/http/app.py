@@ -1,0 +1,106 @@
+"""The Starlette application: routes, error answers, the loopback guard and one log line per request.
+
+`build_app(store, bound, extra_routes)` is the one way to make it. Extra routes (the review pages)
+are matched after the API's and sit behind the same middleware: the loopback guard, the request
+log and the error mapping apply to every route. A route finds the store through `store_context`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import invoke, records, search
+from .context import StoreContext
+from .errors import ApiError, error_response, from_core
+from .openapi import document_bytes
+from .security import LoopbackGuard
+
+logger = logging.getLogger("stormbuffer.http")
+
+HTTP_ERRORS = {
+    404: ("not_found", "no route matches this path"),
+    405: ("method_not_allowed", "this path does not accept the method"),
+}
+
+
+async def openapi_json(request: Request) -> Response:
+    return Response(document_bytes(), media_type="application/json")
+
+
+def api_routes() -> list[BaseRoute]:
+    return [
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/v1/records", records.list_records, methods=["GET"]),
+        Route("/v1/records", records.create_record, methods=["POST"]),
+        Route("/v1/records/{id}", records.get_record, methods=["GET"]),
+        Route("/v1/records/{id}", records.replace_record, methods=["PUT"]),
+        *(
+            Route(f"/v1/records/{{id}}/{action}", records.change_lifecycle, methods=["POST"])
+            for action in records.LIFECYCLE_ACTIONS
+        ),
+        Route("/v1/search", search.search_records, methods=["GET"]),
+        Route("/v1/invoke/{operation}", invoke.invoke_operation, methods=["POST"]),
+    ]
+
+
+def build_app(store: StoreContext, bound: str, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The app serving `store` on the loopback address `bound`, with `extra_routes` after the API's."""
+    app = Starlette(
+        routes=[*api_routes(), *extra_routes],
+        middleware=[Middleware(RequestLog), Middleware(LoopbackGuard, bound=bound)],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+    )
+    app.state.store = store
+    return app
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's own refusals (no such route, wrong method) in the error shape."""
+    assert isinstance(exc, HTTPException)
+    code, message = HTTP_ERRORS.get(exc.status_code, ("bad_request", "the request cannot be served"))
+    return error_response(exc.status_code, code, message, dict(exc.headers or {}))
+
+
+class RequestLog:
+    """Logs `local API request method=… path=… status=…` once per request, and turns any exception a
+    route let through into its error answer (logged by class name, never with a traceback)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if status:  # the answer already started: the connection is all that can be closed
+                logger.error("local API response failed: %s", type(exc).__name__)
+                return
+            await from_core(exc).response()(scope, receive, sending)
+        finally:
+            path = scope.get("raw_path", b"").decode("latin-1") or scope["path"]
+            logger.info("local API request method=%s path=%s status=%s", scope["method"], path, status)

@@ -1,0 +1,54 @@
+"""`POST /v1/invoke/{operation}`: the version-1 agent protocol over HTTP.
+
+The body is the request `sbuf invoke <operation>` reads on stdin; the answer's body is exactly the
+line it prints (without the newline), so every door gives the same envelope, receipts included.
+The status mirrors the envelope: 200 for `ok`, otherwise a status for the error code. Reads run
+on the reader threads; everything else waits for its turn as a write.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from stormbuffer.core.errors import MutationBusy
+from stormbuffer.protocol.errors import from_core
+from stormbuffer.protocol.invoke import encode, failure, invoke_line
+from stormbuffer.protocol.session import Session
+
+from . import bodies
+from .context import store_context
+
+READ_OPERATIONS = frozenset({"search", "context", "get"})
+STATUS = {
+    "invalid_json": 400, "invalid_request": 400, "unsupported_version": 400, "path_denied": 400,
+    "unknown_operation": 404, "not_found": 404,
+    "input_too_large": 413,
+    "scope_denied": 403, "access_denied": 403, "permission_denied": 403,
+    "not_initialized": 409, "conflict": 409,
+    "invalid_state": 422, "invalid_record": 422, "secret_detected": 422,
+    "output_too_large": 500, "internal_error": 500,
+}  # fmt: skip
+
+
+async def invoke_operation(request: Request) -> Response:
+    operation = request.path_params["operation"]
+    data = await bodies.read(request)
+    store = store_context(request)
+    if operation in READ_OPERATIONS:
+        line, ok = await store.read(_answer, operation, data, store.session)
+    else:
+        try:
+            line, ok = await store.write(_answer, operation, data, store.session)
+        except MutationBusy as exc:  # its turn did not come in time
+            busy = from_core(exc)
+            line, ok = encode(failure(operation, busy.code, busy.message)), False
+    status = 200 if ok else STATUS.get(json.loads(line)["error"]["code"], 500)
+    return Response(line.encode("utf-8"), status, media_type="application/json")
+
+
+def _answer(operation: str, data: bytes, session: Session) -> tuple[str, bool]:
+    answer = invoke_line(operation, data, session)
+    return answer.line, answer.ok

@@ -1,0 +1,88 @@
+"""What keeps a loopback server from being used by other sites: checks on every request, before any route.
+
+- DNS rebinding: a request whose `Host` is neither the bound address nor `localhost` (each with or
+  without the server's port) is refused (403 `host_not_allowed`).
+- Cross-site requests from a browser: a state-changing request (anything but GET, HEAD, OPTIONS)
+  must not carry an `Origin` other than the server's own (403 `origin_not_allowed`; `Origin: null`
+  and `Sec-Fetch-Site: cross-site` are foreign too) and must say `Content-Type: application/json`
+  (415 `unsupported_media_type`), which a page cannot send to another origin without a CORS
+  preflight that this server never answers. The one exception: a form of the review page (outside
+  `/v1/`) that carries this server's own `Origin`; the page checks its CSRF token as well.
+- A body declared larger than `MAX_BODY_BYTES` is refused before it is read (413); `bodies.read`
+  bounds bodies without a length.
+
+No CORS headers are ever sent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import error_response
+
+MAX_BODY_BYTES = 262144
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+JSON_TYPE = "application/json"
+FORM_TYPE = "application/x-www-form-urlencoded"
+TOO_LARGE = "request body exceeds the 262144-byte limit"
+
+
+def host_names(bound: str) -> tuple[str, ...]:
+    """The names a client may use in `Host` for a server bound to `bound` (an IP literal)."""
+    address = ipaddress.ip_address(bound)
+    literal = f"[{address.compressed}]" if address.version == 6 else address.compressed
+    return (literal, "localhost")
+
+
+class LoopbackGuard:
+    """ASGI middleware applying the checks above to every HTTP request."""
+
+    def __init__(self, app: ASGIApp, bound: str) -> None:
+        self.app = app
+        self.names = host_names(bound)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            status, code, message = refusal
+            await error_response(status, code, message)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
+        headers = Headers(scope=scope)
+        port = (scope.get("server") or ("", None))[1]
+        allowed = self._allowed_hosts(port)
+        if headers.get("host", "").lower() not in allowed or len(headers.getlist("host")) != 1:
+            return 403, "host_not_allowed", "the Host header does not name this local server"
+        if scope["method"] in SAFE_METHODS:
+            return None
+        origins = headers.getlist("origin")
+        if origins and (len(origins) > 1 or not _same_origin(origins[0], allowed)):
+            return 403, "origin_not_allowed", "cross-origin requests are refused"
+        if headers.get("sec-fetch-site", "").lower() == "cross-site":
+            return 403, "origin_not_allowed", "cross-origin requests are refused"
+        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        page_form = media_type == FORM_TYPE and bool(origins) and not scope["path"].startswith("/v1/")
+        if media_type != JSON_TYPE and not page_form:  # a review page's form also carries its CSRF token
+            return 415, "unsupported_media_type", "state-changing requests need Content-Type: application/json"
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return 413, "payload_too_large", TOO_LARGE
+        return None
+
+    def _allowed_hosts(self, port: int | None) -> frozenset[str]:
+        with_port = (f"{name}:{port}" for name in self.names) if port else ()
+        return frozenset((*self.names, *with_port))
+
+
+def _same_origin(origin: str, allowed: Iterable[str]) -> bool:
+    scheme, _, host = origin.lower().partition("://")
+    return scheme == "http" and host in allowed

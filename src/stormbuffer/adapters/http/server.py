@@ -1,0 +1,128 @@
+"""Running the app with uvicorn on a loopback socket until SIGINT or SIGTERM.
+
+The socket is bound here (so a bind failure is one clear line and port 0 picks a free port), and
+the listening address is logged once it accepts connections. A signal stops accepting; requests
+in flight finish (within `GRACE_S`), then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+
+    from .context import StoreContext
+
+GRACE_S = 10.0
+BACKLOG = 2048
+SIGNALS = {
+    signal.SIGINT: "received interrupt signal; shutting down local API",
+    signal.SIGTERM: "received termination signal; shutting down local API",
+}
+logger = logging.getLogger("stormbuffer.http")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` is an IP literal in 127.0.0.0/8 or ::1."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(address: str, port: int) -> socket.socket:
+    """A listening TCP socket on `address:port`; OSError when it cannot be bound.
+
+    The protocol is named (`IPPROTO_TCP`, not 0): asyncio turns Nagle's algorithm off only on
+    connections of such a socket, and with it on, a response written in two parts waits for the
+    client's delayed acknowledgement (40 ms on Linux) on every reused connection.
+    """
+    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address, port))
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def display_address(host: str, port: int) -> str:
+    """`127.0.0.1:7342`, `[::1]:7342`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def serve(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> None:
+    """Serve the API on the bound socket until a shutdown signal."""
+    from .app import build_app
+
+    app = build_app(store, sock.getsockname()[0], extra_routes)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
+                            timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False)  # fmt: skip
+    LoopbackServer(config, display_address(*sock.getsockname()[:2])).run(sockets=[sock])
+
+
+class LoopbackServer(uvicorn.Server):
+    """uvicorn's server, logging its address once it accepts connections and which signal stopped it.
+    It does not re-raise the signal after shutting down (uvicorn does, which would end the process
+    by that signal instead of with status 0)."""
+
+    def __init__(self, config: uvicorn.Config, address: str) -> None:
+        super().__init__(config)
+        self.address = address
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            logger.info("Stormbuffer local API listening address=%s", self.address)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit and sig in SIGNALS:
+            logger.info(SIGNALS[signal.Signals(sig)])
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class _Formatter(logging.Formatter):
+    """`<RFC 3339 UTC time> <LEVEL> <message>`, without tracebacks."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+
+    def formatException(self, ei: object) -> str:  # noqa: N802
+        return ""
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return ""
+
+
+def log_to_stderr() -> None:
+    """The server's log on stderr: its own lines at info level, uvicorn's warnings and errors only."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter("%(asctime)s %(levelname)5s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    logging.getLogger("stormbuffer.http").setLevel(logging.INFO)

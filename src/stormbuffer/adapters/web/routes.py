@@ -1,0 +1,343 @@
+"""The review page's routes: pages read on worker threads, forms that change records through the core.
+
+Every page carries a Content-Security-Policy without inline scripts; every form carries the server's
+CSRF token, and a state-changing request without it is refused (the HTTP app's Host and Origin
+checks apply as well). Record text is untrusted: templates escape it, and Markdown renders inert.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from stormbuffer.core.errors import Conflict, InvalidInput, MutationBusy, NotFound, StormbufferError
+from stormbuffer.core.ids import parse_record_id
+from stormbuffer.core.records import KINDS, STATUSES
+from stormbuffer.core.repository import Repository
+from stormbuffer.core.stores import StorePaths, View, global_store
+from stormbuffer.core.timestamps import Timestamp, later_of
+
+from ..http import store_context
+from ..http.records import etag
+from . import pages
+from .render import markdown, side_by_side
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "base-uri 'none'; frame-ancestors 'none'; connect-src 'self'"
+)
+NOTICES = {  # fixed texts for the message after a form: nothing the request carries is echoed
+    "approved": "Approved.",
+    "rejected": "Rejected and archived.",
+    "archived": "Archived.",
+    "restored": "Restored.",
+    "saved": "Saved.",
+    "none": "Nothing was selected.",
+}
+DECISIONS = {"approve": "approved", "reject": "rejected", "archive": "archived", "restore": "restored"}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The store a page shows: the server's selected store, or the global store beside it."""
+
+    name: str  # "selected" or "global"
+    paths: StorePaths
+
+
+class Review:
+    """The page's state: its templates, the CSRF token of this server process, the script's hash."""
+
+    def __init__(self) -> None:
+        self.csrf = secrets.token_urlsafe(32)
+        script = (HERE / "static" / "review.js").read_bytes()
+        self.script_integrity = "sha384-" + base64.b64encode(hashlib.sha384(script).digest()).decode()
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True)
+        )
+        self.templates.filters["markdown"] = markdown
+
+    # ---- plumbing ---------------------------------------------------------------------------------
+
+    def shown(self, request: Request) -> Shown:
+        context = store_context(request)
+        if request.query_params.get("store") == "global" and context.view is not View.GLOBAL:
+            glob = global_store(context.session.dirs)
+            if glob.is_initialized():
+                return Shown("global", glob)
+        return Shown("selected", context.selected)
+
+    def page(self, request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+        context = store_context(request)
+        shown = values.pop("shown", None) or self.shown(request)
+        body = self.templates.get_template(template).render(
+            csrf=self.csrf,
+            script_integrity=self.script_integrity,
+            shown=shown,
+            store_query="?store=global" if shown.name == "global" else "",
+            view=context.view.value,
+            has_global=context.view is not View.GLOBAL and global_store(context.session.dirs).is_initialized(),
+            notice=NOTICES.get(request.query_params.get("done", "")),
+            kinds=KINDS,
+            statuses=STATUSES,
+            **values,
+        )
+        response = HTMLResponse(body, status_code=status)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        return response
+
+    def problem(self, request: Request, status: int, message: str) -> HTMLResponse:
+        return self.page(request, "problem.html", status=status, message=message)
+
+    async def form(self, request: Request) -> FormData | None:
+        """The posted form, or None when its CSRF token is missing or wrong."""
+        form = await request.form()
+        token = form.get("csrf")
+        if not isinstance(token, str) or not hmac.compare_digest(token, self.csrf):
+            return None
+        return form
+
+    @staticmethod
+    def back(path: str, shown: Shown, done: str) -> RedirectResponse:
+        query = {"done": done} | ({"store": "global"} if shown.name == "global" else {})
+        return RedirectResponse(f"{path}?{urlencode(query)}", status_code=303)
+
+    async def guarded(self, request: Request, work: Callable[[], Any], *, write: bool) -> Any:
+        """Run core work on a worker thread; a core failure becomes the page's answer."""
+        context = store_context(request)
+        try:
+            return await (context.write(work) if write else context.read(work))
+        except NotFound:
+            return self.problem(request, 404, "That memory was not found in this store.")
+        except MutationBusy:
+            return self.problem(request, 409, "The store stayed busy; try again in a moment.")
+        except Conflict:
+            return self.problem(request, 409, "The memory changed while you were working; reload it.")
+        except StormbufferError as exc:  # core messages are sanitized: file names only, never a path
+            return self.problem(request, 422, str(exc))
+
+    # ---- pages ------------------------------------------------------------------------------------
+
+    async def inbox(self, request: Request) -> Response:
+        shown = self.shown(request)
+        items = await self.guarded(request, lambda: pages.inbox(shown.paths), write=False)
+        if isinstance(items, Response):
+            return items
+        return self.page(request, "inbox.html", shown=shown, items=items)
+
+    async def decide(self, request: Request) -> Response:
+        form = await self.form(request)
+        if form is None:
+            return self.problem(request, 403, "This form has expired; reload the page and try again.")
+        shown = self.shown(request)
+        one = str(form.get("one", ""))
+        if one:
+            action, _, chosen = one.partition(":")
+            ids = [chosen]
+        else:
+            action, ids = str(form.get("action", "")), [str(value) for value in form.getlist("id")]
+        if action not in ("approve", "reject"):
+            return self.problem(request, 422, "Choose approve or reject.")
+        if not ids:
+            return self.back("/", shown, "none")
+        try:
+            ids = [parse_record_id(value) for value in ids]
+        except ValueError:
+            return self.problem(request, 422, "A selected memory id is not valid.")
+
+        def decide_all() -> list[str]:
+            repository = Repository(shown.paths)
+            decide = repository.approve if action == "approve" else repository.reject
+            return [
+                f"{result.record_id}: {result.message}" for result in map(decide, ids) if result.outcome != "accepted"
+            ]
+
+        refused = await self.guarded(request, decide_all, write=True)
+        if isinstance(refused, Response):
+            return refused
+        if refused:
+            return self.problem(request, 409, "Not approved: " + "; ".join(refused))
+        return self.back("/", shown, DECISIONS[action])
+
+    async def search(self, request: Request) -> Response:
+        shown = self.shown(request)
+        params = request.query_params
+        try:
+            limit = min(max(int(params.get("limit", "20")), 1), 100)
+        except ValueError:
+            limit = 20
+        filters = pages.SearchFilters(
+            query=params.get("q", "")[:2000],
+            kind=params.get("kind", "") if params.get("kind", "") in KINDS else "",
+            scope=params.get("scope", "")[:200],
+            status=params.get("status", "") if params.get("status", "") in (*STATUSES, "any") else "",
+            limit=limit,
+        )
+        session = store_context(request).session
+        found = await self.guarded(request, lambda: pages.search(session, shown.paths, filters), write=False)
+        if isinstance(found, Response):
+            return found
+        return self.page(request, "search.html", shown=shown, found=found)
+
+    async def record(self, request: Request) -> Response:
+        shown = self.shown(request)
+        record_id = self.record_id(request)
+        if record_id is None:
+            return self.problem(request, 404, "That is not a memory id.")
+        found = await self.guarded(request, lambda: pages.record_page(shown.paths, record_id), write=False)
+        if isinstance(found, Response):
+            return found
+        return self.page(request, "record.html", shown=shown, page=found)
+
+    async def lifecycle(self, request: Request) -> Response:
+        form = await self.form(request)
+        if form is None:
+            return self.problem(request, 403, "This form has expired; reload the page and try again.")
+        shown, record_id, action = self.shown(request), self.record_id(request), str(form.get("action", ""))
+        if record_id is None or action not in DECISIONS:
+            return self.problem(request, 422, "Choose approve, reject, archive or restore.")
+
+        def change() -> str | None:
+            repository = Repository(shown.paths)
+            if action in ("approve", "reject"):
+                result = (repository.approve if action == "approve" else repository.reject)(record_id)
+                return None if result.outcome == "accepted" else result.message
+            (repository.archive if action == "archive" else repository.restore)(record_id)
+            return None
+
+        refused = await self.guarded(request, change, write=True)
+        if isinstance(refused, Response):
+            return refused
+        if refused:
+            return self.problem(request, 409, refused)
+        return self.back(f"/records/{record_id}", shown, DECISIONS[action])
+
+    async def edit_form(self, request: Request) -> Response:
+        shown, record_id = self.shown(request), self.record_id(request)
+        if record_id is None:
+            return self.problem(request, 404, "That is not a memory id.")
+        found = await self.guarded(request, lambda: pages.stored(shown.paths, record_id), write=False)
+        if isinstance(found, Response):
+            return found
+        record = found.record
+        draft = {"title": record.title, "kind": record.kind, "body": record.body}
+        return self.page(
+            request, "edit.html", shown=shown, record_id=record_id, status_of=record.status,
+            etag=etag(found.data), draft=draft,
+        )  # fmt: skip
+
+    async def edit(self, request: Request) -> Response:
+        form = await self.form(request)
+        if form is None:
+            return self.problem(request, 403, "This form has expired; reload the page and try again.")
+        shown, record_id = self.shown(request), self.record_id(request)
+        if record_id is None:
+            return self.problem(request, 404, "That is not a memory id.")
+        draft = {name: str(form.get(name, "")).replace("\r\n", "\n") for name in ("title", "kind", "body")}
+        started_from, status_of = str(form.get("etag", "")), str(form.get("status_of", ""))
+
+        def save() -> Response | None:
+            repository = Repository(shown.paths)
+            current = repository.find(record_id)
+            if etag(current.data) != started_from:
+                return self.conflict(request, shown, current, draft)
+            if draft["kind"] not in KINDS:
+                raise InvalidInput("choose a kind: fact, decision, procedure or checkpoint")
+            if current.record.status == "candidate":  # approve it, then write the person's version over it
+                result = repository.approve(record_id)
+                if result.outcome != "accepted":
+                    raise InvalidInput(result.message)
+                current = repository.find(record_id)
+            edited = current.record.replace(
+                title=draft["title"],
+                kind=draft["kind"],
+                body=draft["body"],
+                updated_at=later_of(Timestamp.now(), current.record.created_at),
+            )
+            repository.replace_if_unchanged(current, edited)
+            return None
+
+        def keep_draft(status: int, error: str) -> Response:  # what the person typed is never thrown away
+            return self.page(
+                request, "edit.html", status=status, shown=shown, record_id=record_id, status_of=status_of,
+                etag=started_from, draft=draft, error=error,
+            )  # fmt: skip
+
+        try:
+            answer = await store_context(request).write(save)
+        except NotFound:
+            return self.problem(request, 404, "That memory was not found in this store.")
+        except MutationBusy:
+            return keep_draft(409, "The store stayed busy; your text is kept here, save again in a moment.")
+        except Conflict:
+            return keep_draft(409, "The memory changed while you were saving; reload it to compare.")
+        except StormbufferError as exc:
+            return keep_draft(422, str(exc))
+        return answer or self.back(f"/records/{record_id}", shown, "saved")
+
+    def conflict(self, request: Request, shown: Shown, current: Any, draft: dict[str, str]) -> Response:
+        """Both versions side by side: keep the stored one, or save the person's over it."""
+        theirs = current.record
+        return self.page(
+            request,
+            "conflict.html",
+            status=409,
+            shown=shown,
+            record=theirs,
+            etag=etag(current.data),
+            draft=draft,
+            diff=side_by_side(
+                f"# {theirs.title}\nkind: {theirs.kind}\n\n{theirs.body}",
+                f"# {draft['title']}\nkind: {draft['kind']}\n\n{draft['body']}",
+            ),
+        )
+
+    async def health(self, request: Request) -> Response:
+        shown = self.shown(request)
+        context = store_context(request)
+        prefix = "sbuf --global" if shown.name == "global" else f"sbuf --{context.view.value}"
+        found = await self.guarded(request, lambda: pages.health(shown.paths, prefix), write=False)
+        if isinstance(found, Response):
+            return found
+        return self.page(request, "health.html", shown=shown, health=found)
+
+    @staticmethod
+    def record_id(request: Request) -> str | None:
+        try:
+            return parse_record_id(str(request.path_params["record_id"]))
+        except ValueError:
+            return None
+
+
+def routes() -> list[BaseRoute]:
+    """The review page's routes, to mount at the root of the local HTTP app."""
+    review = Review()
+    return [
+        Route("/", review.inbox, methods=["GET"]),
+        Route("/review/decide", review.decide, methods=["POST"]),
+        Route("/search", review.search, methods=["GET"]),
+        Route("/health", review.health, methods=["GET"]),
+        Route("/records/{record_id}", review.record, methods=["GET"]),
+        Route("/records/{record_id}/lifecycle", review.lifecycle, methods=["POST"]),
+        Route("/records/{record_id}/edit", review.edit_form, methods=["GET"]),
+        Route("/records/{record_id}/edit", review.edit, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]

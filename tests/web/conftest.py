@@ -1,0 +1,146 @@
+"""A real `sbuf serve` on a loopback port over a real project store, and headless Debian Chromium.
+
+Each test saves a screenshot under `build/screenshots/` (the pictures in docs/web.md come from there).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from stormbuffer.core.codec import parse_markdown
+from stormbuffer.core.records import Record
+from tests.helpers import SBUF, Sandbox, invoke, link_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "build" / "screenshots"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """`sbuf --project serve` running for one test module."""
+
+    box: Sandbox
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def record_file(self, record_id: str) -> Path:
+        return self.box.project_root / "records" / f"{record_id}.md"
+
+    def on_disk(self, record_id: str) -> Record:
+        path = self.record_file(record_id)
+        return parse_markdown(path.read_bytes(), path.name)
+
+    def propose(self, title: str, body: str, *, kind: str = "fact") -> str:
+        """An agent candidate written through the real CLI; its id."""
+        done = self.box.sbuf("--project", "propose", "--title", title, "--kind", kind, "--body", body)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[0]
+
+    def add(self, title: str, body: str) -> str:
+        done = self.box.sbuf("--project", "add", "--title", title, "--body", body)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[0]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("web")
+    box = Sandbox.create(base)
+    link_tree(acquired_models, base / "cache" / "stormbuffer" / "models")
+    for args in (("init",), ("--project", "init")):
+        done = box.sbuf(*args)
+        assert done.returncode == 0, done.stderr
+    port = free_port()
+    process = subprocess.Popen(
+        [str(SBUF), "--project", "serve", "--port", str(port)],
+        cwd=box.cwd, env=box.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/records", timeout=2):
+                break
+        except OSError:
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "sbuf serve did not answer in time"
+            time.sleep(0.1)
+    yield Server(box, port, process)
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def chromium(*, javascript: bool = True) -> WebDriver:
+    """Headless Chromium; it reaches nothing but loopback (no background networking, no updates)."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1100,900"):  # fmt: skip
+        options.add_argument(flag)
+    if not javascript:
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+def snapshot(driver: WebDriver, name: str) -> None:
+    """Save a screenshot of the page as it is now."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+@pytest.fixture
+def shot(request: pytest.FixtureRequest, browser: WebDriver) -> Iterator[None]:
+    """Save a screenshot of the page as the test left it."""
+    yield
+    snapshot(browser, request.node.name)
+
+
+def agent_update(server: Server, title: str, old_body: str, new_body: str) -> tuple[str, str]:
+    """An active agent memory and an agent's update of it awaiting approval: (old id, candidate id)."""
+    source = {"kind": "conversation", "reference": "stormbuffer://session/web", "actor": "agent"}
+    remembered = invoke(
+        "remember", {"version": 1, "title": title, "kind": "fact", "body": old_body, "source": source},
+        cwd=server.box.cwd, env=server.box.env,
+    )  # fmt: skip
+    old_id = remembered["result"]["record_id"]
+    done = server.box.sbuf("--project", "approve", old_id)
+    assert done.returncode == 0, done.stderr
+    updated = invoke(
+        "update", {"version": 1, "id": old_id, "body": new_body, "source": source},
+        cwd=server.box.cwd, env=server.box.env,
+    )  # fmt: skip
+    assert updated["result"]["outcome"] == "requires_approval", updated
+    return old_id, updated["result"]["record_id"]
