@@ -7,7 +7,6 @@ import json
 import os
 import pty
 import select
-import shutil
 import subprocess
 import sys
 import textwrap
