@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
@@ -71,12 +72,18 @@ def display_address(host: str, port: int) -> str:
 
 def serve(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> None:
     """Serve the API on the bound socket until a shutdown signal."""
+    loopback_server(store, sock, extra_routes).run(sockets=[sock])
+
+
+def loopback_server(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> LoopbackServer:
+    """The server of the app for `store` on the bound socket (`run(sockets=[sock])` serves it; setting
+    `should_exit` stops it, as a signal does)."""
     from .app import build_app
 
     app = build_app(store, sock.getsockname()[0], extra_routes)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False)  # fmt: skip
-    LoopbackServer(config, display_address(*sock.getsockname()[:2]), store).run(sockets=[sock])
+    return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
 
 
 class LoopbackServer(uvicorn.Server):
@@ -103,6 +110,9 @@ class LoopbackServer(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+            yield
+            return
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS}
         try:
             yield
