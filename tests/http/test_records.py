@@ -126,6 +126,7 @@ def test_framework_errors_use_the_error_shape(client: httpx2.Client) -> None:
     assert error(client.post("/v1/records", content=b" " * 262145, headers=JSON)) == (413, "payload_too_large")
     assert error(client.delete("/v1/records", headers=JSON)) == (405, "method_not_allowed")
     assert error(client.get("/v1/nothing")) == (404, "not_found")
+    assert error(client.get("/v1/records/")) == (404, "not_found")  # no redirect to the path without the slash
     assert error(client.get("/v1/records/not-a-uuid")) == (422, "validation_error")
     assert error(client.get("/v1/records", params={"all": "yes"})) == (400, "invalid_query")
     assert error(client.get("/v1/records", params={"colour": "red"})) == (400, "invalid_query")
