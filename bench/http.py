@@ -9,9 +9,10 @@ Measures:
 - warm `POST /v1/invoke/context` (hybrid, budget 512) in one server: p50 and p95 over the query
   set, repeated; warm `GET /v1/search` and `POST /v1/invoke/get` p50 for reference;
 - load: N concurrent clients mixing reads (context, search, get) and writes (`POST /v1/records`,
-  each with a unique title) for a bounded time. Every answer is counted by status; afterwards every
-  write answered 201 must be on disk, complete (`GET` returns exactly what was sent), every write
-  answered 409 `store_busy` must be absent, and every record file must parse.
+  each with a unique title), bounded in time and in requests per client. Every answer is counted
+  by status; afterwards every write answered 201 must be on disk, complete (`GET` returns exactly
+  what was sent), every write answered 409 `store_busy` must be absent, and every record file must
+  parse.
 
 Targets: start <= 1.0 s, warm context p50 <= 20 ms; load: no 5xx, no lost or partial write, every
 write applied or answered `store_busy`. The store is the one bench/invoke_latency.py builds
@@ -62,6 +63,7 @@ TARGETS_S = {"start_to_first_200": 1.0, "warm_context_p50": 0.020}
 JSON = {"Content-Type": "application/json"}
 LISTENING = re.compile(r"listening address=(\S+)")
 WRITE_SHARE = 0.3
+REQUESTS_PER_CLIENT = 2000
 SOURCE = {"kind": "conversation", "reference": "bench:http", "actor": "human"}
 
 
@@ -158,7 +160,8 @@ def warm(cwd: Path, env: dict[str, str], record_id: str, rounds: int) -> dict[st
 
 
 async def load(url: str, clients: int, seconds: float, record_ids: list[str]) -> dict[str, Any]:
-    """`clients` concurrent clients for `seconds`; what they were answered and what they wrote."""
+    """`clients` concurrent clients for `seconds` (each at most `REQUESTS_PER_CLIENT` requests); what
+    they were answered and what they wrote."""
     statuses: Counter[str] = Counter()
     applied: dict[str, dict[str, Any]] = {}  # record id → the body sent
     busy: list[dict[str, Any]] = []
@@ -172,7 +175,9 @@ async def load(url: str, clients: int, seconds: float, record_ids: list[str]) ->
         async def one_client(number: int) -> None:
             rng = random.Random(number)
             sequence = 0
-            while time.perf_counter() < stop_at:
+            for _request in range(REQUESTS_PER_CLIENT):
+                if time.perf_counter() >= stop_at:
+                    break
                 if rng.random() < WRITE_SHARE:
                     sequence += 1
                     body = {"title": f"Load client {number} write {sequence}", "kind": "fact", "access": "human",

@@ -29,6 +29,7 @@ from tests.helpers import SBUF, Sandbox, link_tree, record_markdown
 
 TIMEOUT = 60.0  # seconds: a guard against a hung server, never a speed assertion
 LISTENING = re.compile(r"Stormbuffer local API listening address=(\S+)")
+DOCUMENT = "urn:stormbuffer:openapi"
 SECRET = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6"  # planted in a record; must never come back in an error
 
 
@@ -37,11 +38,7 @@ class Schemas:
 
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
-        resources = [("urn:stormbuffer:openapi", DRAFT202012.create_resource(document))]
-        for schema in document["components"]["schemas"].values():
-            if "$id" in schema:
-                resources.append((schema["$id"], DRAFT202012.create_resource(schema)))
-        self.registry = Registry().with_resources(resources)
+        self.registry = Registry().with_resource(DOCUMENT, DRAFT202012.create_resource(document))
         self.templates = [
             (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", path) + "$"), path) for path in document["paths"]
         ]
@@ -57,13 +54,14 @@ class Schemas:
                 return dict(response["content"]["application/json"]["schema"])
         return {"$ref": "#/components/schemas/ErrorResponse"}  # no route, or not this method
 
+    def problems(self, schema: dict[str, Any], instance: Any) -> list[str]:
+        """Where `instance` breaks `schema`, a schema whose references point into the document."""
+        rooted = json.loads(json.dumps(schema).replace('"#/components/', f'"{DOCUMENT}#/components/'))
+        return [error.message for error in Draft202012Validator(rooted, registry=self.registry).iter_errors(instance)]
+
     def check(self, method: str, path: str, status: int, body: Any) -> None:
-        text = json.dumps(self.schema_for(method, path, status))
-        for name, schema in self.document["components"]["schemas"].items():  # a component is found by its `$id`
-            target = schema.get("$id", f"urn:stormbuffer:openapi#/components/schemas/{name}")
-            text = text.replace(f'"#/components/schemas/{name}"', json.dumps(target))
-        errors = list(Draft202012Validator(json.loads(text), registry=self.registry).iter_errors(body))
-        assert not errors, (method, path, status, [error.message for error in errors][:3])
+        problems = self.problems(self.schema_for(method, path, status), body)
+        assert not problems, (method, path, status, problems[:3])
 
 
 @dataclass

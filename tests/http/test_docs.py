@@ -55,3 +55,10 @@ def test_the_curl_examples_run(served: Server, client: httpx2.Client, tmp_path: 
     envelope = json.loads(recalled)
     assert envelope["ok"] and envelope["result"]["receipt"]["retrieval_mode"] == "hybrid"
     assert json.loads((tmp_path / "stormbuffer-openapi.json").read_text()) == client.get("/openapi.json").json()
+
+
+def test_every_path_of_the_api_is_documented(client: httpx2.Client) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    for path, operations in client.get("/openapi.json").json()["paths"].items():
+        for method in operations:
+            assert re.search(rf"^\| {method.upper()} \| `{re.escape(path)}[`?]", text, re.MULTILINE), (method, path)

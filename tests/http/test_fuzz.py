@@ -5,6 +5,7 @@ path or a secret."""
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import httpx2
 from hypothesis import HealthCheck, given, settings
@@ -98,3 +99,12 @@ def test_the_fuzzed_store_is_still_valid(served: Server, client: httpx2.Client) 
     answer = client.get("/v1/records", params={"all": "true"})
     assert answer.status_code == 200
     assert client.get(f"/v1/records/{new_record_id()}").status_code == 404
+
+
+@SETTINGS
+@given(segment=st.one_of(texts, st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF), max_size=60)),
+       suffix=st.sampled_from(["", "/approve", "/reject", "/archive", "/restore", "/x"]),
+       method=st.sampled_from(["GET", "POST", "PUT"]))  # fmt: skip
+def test_record_ids_in_paths(served: Server, client: httpx2.Client, segment: str, suffix: str, method: str) -> None:
+    path = "/v1/records/" + quote(segment, safe="") + suffix
+    assert_clean(served, client.request(method, path, headers=JSON, content=b"{}"))

@@ -3,7 +3,8 @@ and what the MCP tools return for the operations they expose.
 
 One server serves a copy of tests/fixtures/contract-store without the model (the examples'
 lexical answers), another the same store with the model (the hybrid examples, and the MCP
-comparison). The records are put back to the fixture's after any example that changed them.
+comparison). The records are put back to the fixture's after any example that changed them. Reads
+run before writes, so that no read depends on how soon the server's watcher saw a restore.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ WATCH_SETTLE_S = 0.25  # longer than a records watcher takes to report a change 
 TOOLS = {"context": "memory_recall", "get": "memory_get", "remember": "memory_remember", "update": "memory_update",
          "archive": "memory_forget"}  # fmt: skip
 RECEIPT = re.compile(r'"(receipt_id|retrieved_at)":"[^"]*"')
+READS = ("search", "context", "get")
+IN_ORDER = sorted(EXAMPLES, key=lambda path: (path.parent.name not in READS, path))
 
 
 class ContractServer:
@@ -99,23 +102,7 @@ def example_id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if not is_hybrid(load(p))], ids=example_id)
-def test_example_without_the_model(lexical: ContractServer, path: Path) -> None:
-    example, operation = load(path), path.parent.name
-    _, found = lexical.invoke(operation, example["request"])
-    expected = mask_generated(operation, example["request"], example["response"])
-    assert_same(expected, mask_generated(operation, example["request"], found))
-
-
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if is_hybrid(load(p))], ids=example_id)
-def test_hybrid_example_with_the_model(hybrid: ContractServer, path: Path) -> None:
-    example, operation = load(path), path.parent.name
-    _, found = hybrid.invoke(operation, example["request"])
-    expected = mask_generated(operation, example["request"], example["response"])
-    assert_same(mask_semantic(expected), mask_semantic(mask_generated(operation, example["request"], found)))
-
-
-@pytest.mark.parametrize("operation", ["search", "context", "get"])
+@pytest.mark.parametrize("operation", READS)
 def test_reads_are_byte_equal_to_sbuf_invoke(lexical: ContractServer, operation: str) -> None:
     """The same store, the same request: the HTTP body is the line `sbuf invoke` prints (receipt id and
     time aside)."""
@@ -126,9 +113,25 @@ def test_reads_are_byte_equal_to_sbuf_invoke(lexical: ContractServer, operation:
     assert RECEIPT.sub("<receipt>", answer.text) == RECEIPT.sub("<receipt>", done.stdout.removesuffix("\n"))
 
 
+@pytest.mark.parametrize("path", [p for p in IN_ORDER if not is_hybrid(load(p))], ids=example_id)
+def test_example_without_the_model(lexical: ContractServer, path: Path) -> None:
+    example, operation = load(path), path.parent.name
+    _, found = lexical.invoke(operation, example["request"])
+    expected = mask_generated(operation, example["request"], example["response"])
+    assert_same(expected, mask_generated(operation, example["request"], found))
+
+
+@pytest.mark.parametrize("path", [p for p in IN_ORDER if is_hybrid(load(p))], ids=example_id)
+def test_hybrid_example_with_the_model(hybrid: ContractServer, path: Path) -> None:
+    example, operation = load(path), path.parent.name
+    _, found = hybrid.invoke(operation, example["request"])
+    expected = mask_generated(operation, example["request"], example["response"])
+    assert_same(mask_semantic(expected), mask_semantic(mask_generated(operation, example["request"], found)))
+
+
 def test_the_mcp_tools_answer_the_same(hybrid: ContractServer) -> None:
     """For every example of an operation MCP exposes: the tool's envelope equals the HTTP one."""
-    cases = [path for path in EXAMPLES if path.parent.name in TOOLS]
+    cases = [path for path in IN_ORDER if path.parent.name in TOOLS]
 
     async def compare() -> None:
         async with connect(hybrid.box, "--project", "--allow-writes") as mcp:

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from openapi_spec_validator import validate
 
+from stormbuffer.adapters.http.openapi import component_name
 from stormbuffer.adapters.http.server import is_loopback
 from stormbuffer.protocol import schemas
+from tests.contract.test_invoke_examples import EXAMPLES, load
 from tests.helpers import Sandbox
 
 from .conftest import TIMEOUT, Server, sandbox_with_stores, start
@@ -95,9 +98,9 @@ def test_a_request_in_flight_is_answered_before_the_server_exits(tmp_path: Path)
     assert server.process.wait(timeout=TIMEOUT) == 0
 
 
-def test_the_openapi_document_is_generated_from_schema_v1(served: Server, client: httpx2.Client) -> None:
+def test_the_openapi_document_is_valid_and_generated_from_schema_v1(served: Server, client: httpx2.Client) -> None:
     document = client.get("/openapi.json").json()
-    assert document["openapi"] == "3.1.0"
+    validate(document)  # OpenAPI 3.1, every reference resolvable inside the document
     assert document["info"]["title"] == "Stormbuffer local API" and document["info"]["version"] == "1.0.0"
     assert {"/v1/records", "/v1/search", "/v1/invoke/{operation}"} <= set(document["paths"])
     assert "/openapi.json" not in document["paths"]
@@ -107,11 +110,16 @@ def test_the_openapi_document_is_generated_from_schema_v1(served: Server, client
         "archive_record", "restore_record", "search_records", "invoke_operation",
     }  # fmt: skip
     components = document["components"]["schemas"]
-    for name in schemas.names():
-        if name != "mcp-tools":
-            assert components["".join(part.capitalize() for part in name.replace(".", "-").split("-"))] == schemas.load(
-                name
-            )
+    expected = {component_name(name) for name in schemas.names() if name != "mcp-tools"}
+    assert set(components) == expected | {"RecordInput", "ErrorResponse"}
+    assert components["Record"]["required"] == schemas.load("record")["required"]
+    assert served.schemas is not None
+    for path in EXAMPLES:  # the protocol's examples agree with the document's copies of its schemas
+        example, operation = load(path), path.parent.name
+        request = {"$ref": f"#/components/schemas/{operation.capitalize()}Request"}
+        if example.get("request_valid", True):
+            assert served.schemas.problems(request, example["request"]) == [], path
+        assert served.schemas.problems({"$ref": "#/components/schemas/Envelope"}, example["response"]) == []
 
 
 def test_the_ipv6_loopback_address_serves_under_its_own_name(tmp_path: Path) -> None:

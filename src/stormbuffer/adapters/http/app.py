@@ -59,6 +59,7 @@ def build_app(store: StoreContext, bound: str, extra_routes: Sequence[BaseRoute]
         middleware=[Middleware(RequestLog), Middleware(LoopbackGuard, bound=bound)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
+    app.router.redirect_slashes = False  # `/v1/records/` is no route, not a redirect to one
     app.state.store = store
     return app
 

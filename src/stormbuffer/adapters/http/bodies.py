@@ -71,7 +71,7 @@ def _first_problem(value: dict[str, Any]) -> ApiError | None:
 
 
 def _explain(error: ValidationError) -> ApiError:
-    path = [part for part in error.absolute_path]
+    path = list(error.absolute_path)
     if error.validator == "additionalProperties":
         return ApiError(422, "validation_error", "request body contains an unknown field" if not path else
                         f"field `{_name(path)}` contains an unknown field")  # fmt: skip

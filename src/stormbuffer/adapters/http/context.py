@@ -7,6 +7,7 @@ write that waited `WRITE_WAIT_S` for its turn is answered as busy instead of que
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from starlette.requests import Request
 
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.core.repository import Repository
-from stormbuffer.core.stores import PlatformDirs, StorePaths, View, record_scope, resolve_store
+from stormbuffer.core.stores import PlatformDirs, StorePaths, View, record_scope, resolve_store, retrieval_stores
 from stormbuffer.protocol.session import Session
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from stormbuffer.index.sync import Embedder
 
 T = TypeVar("T")
+logger = logging.getLogger("stormbuffer.http")
 READ_THREADS = 4
 WRITE_WAIT_S = 10.0
 
@@ -82,6 +84,18 @@ class StoreContext:
 
     def repository(self) -> Repository:
         return Repository(self.selected)
+
+    def warm_up(self) -> None:
+        """What the first read would do first: import the retrieval layer and sync the view's stores,
+        which starts their watchers (run once the server listens; a failure is left to that read)."""
+        from stormbuffer.protocol.reads import prepare
+
+        try:
+            import stormbuffer.retrieval  # noqa: F401
+
+            prepare(self.session, retrieval_stores(self.view, self.selected, self.session.dirs), None)
+        except Exception as exc:
+            logger.debug("warm-up failed: %s", type(exc).__name__)
 
     async def read(self, function: Callable[..., T], *args: object) -> T:
         """Run `function(*args)` on a worker thread."""

@@ -1,8 +1,10 @@
 """The OpenAPI 3.1 document of the local API, generated from `schema/v1`.
 
-Every schema file of `schema/v1` (except the MCP tool catalogue) is a component, verbatim, under a
-name taken from its file name (`search-hit.schema.json` → `SearchHit`); the files refer to each other
-by their `$id`, which OpenAPI 3.1 resolves like JSON Schema. The shapes only HTTP has (`shapes.py`)
+Every schema file of `schema/v1` (except the MCP tool catalogue) is a component under a name taken
+from its file name (`search-hit.schema.json` → `SearchHit`), unchanged except for its references:
+a `$ref` to another file (or within the file) becomes a pointer into the document
+(`#/components/schemas/Source`), and the document keys `$schema` and `$id` are dropped, so that
+tools which do not resolve `$id` read the document too. The shapes only HTTP has (`shapes.py`)
 refer to the same files. Paths, parameters and statuses are described here, once.
 """
 
@@ -10,13 +12,14 @@ from __future__ import annotations
 
 from functools import cache
 from typing import Any
+from urllib.parse import urljoin
 
 from stormbuffer import __version__
 from stormbuffer.protocol import schemas
 from stormbuffer.protocol.invoke import OPERATIONS
 
 from .search import FALLBACK_HEADER, MODE_HEADER
-from .shapes import ERROR_RESPONSE, RECORD_INPUT
+from .shapes import BASE, ERROR_RESPONSE, RECORD_INPUT
 
 TITLE = "Stormbuffer local API"
 API_VERSION = "1.0.0"
@@ -32,6 +35,27 @@ TAGS = [
 def component_name(schema_name: str) -> str:
     """`search-hit` → `SearchHit`, `archive.request` → `ArchiveRequest`."""
     return "".join(part.capitalize() for part in schema_name.replace(".", "-").split("-"))
+
+
+def component(schema: dict[str, Any], base: str) -> dict[str, Any]:
+    """A schema as a component: references as document pointers (resolved against `base`, the
+    schema's `$id`), without `$schema` and `$id`."""
+    kept = {key: value for key, value in schema.items() if key not in ("$schema", "$id")}
+    converted: dict[str, Any] = _pointers(kept, base)
+    return converted
+
+
+def _pointers(node: Any, base: str) -> Any:
+    if isinstance(node, list):
+        return [_pointers(item, base) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _pointers(value, base) for key, value in node.items()}
+    if isinstance(node.get("$ref"), str):
+        uri, _, fragment = urljoin(base, node["$ref"]).partition("#")
+        name = component_name(uri.rpartition("/")[2].removesuffix(schemas.SUFFIX))
+        out["$ref"] = f"#/components/schemas/{name}{fragment}"
+    return out
 
 
 def ref(name: str) -> dict[str, str]:
@@ -155,8 +179,10 @@ def _paths() -> dict[str, Any]:
 def _document() -> str:
     import json
 
-    components = {component_name(name): schemas.load(name) for name in schemas.names() if name not in EXCLUDED}
-    components["RecordInput"] = RECORD_INPUT
+    loaded = [schemas.load(name) for name in schemas.names() if name not in EXCLUDED]
+    components = {component_name(schema["$id"].rpartition("/")[2].removesuffix(schemas.SUFFIX)):
+                  component(schema, schema["$id"]) for schema in loaded}  # fmt: skip
+    components["RecordInput"] = component(RECORD_INPUT, BASE)
     components["ErrorResponse"] = ERROR_RESPONSE
     document = {
         "openapi": "3.1.0",

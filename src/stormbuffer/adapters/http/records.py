@@ -35,9 +35,9 @@ def etag(data: bytes) -> str:
     return f'"{blake3(data).hexdigest()}"'
 
 
-def record_response(stored: StoredRecord | tuple[Record, bytes], status: int = 200) -> Response:
-    record, data = (stored.record, stored.data) if isinstance(stored, StoredRecord) else stored
-    return json_response(record.to_json(), status, {"ETag": etag(data), **NO_STORE})
+def record_response(stored: StoredRecord) -> Response:
+    """The record with its ETag, never cached."""
+    return json_response(stored.record.to_json(), headers={"ETag": etag(stored.data), **NO_STORE})
 
 
 async def list_records(request: Request) -> Response:

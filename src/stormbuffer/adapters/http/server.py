@@ -7,12 +7,14 @@ in flight finish (within `GRACE_S`), then the process exits 0.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
@@ -70,27 +72,36 @@ def display_address(host: str, port: int) -> str:
 
 def serve(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> None:
     """Serve the API on the bound socket until a shutdown signal."""
+    loopback_server(store, sock, extra_routes).run(sockets=[sock])
+
+
+def loopback_server(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> LoopbackServer:
+    """The server of the app for `store` on the bound socket (`run(sockets=[sock])` serves it; setting
+    `should_exit` stops it, as a signal does)."""
     from .app import build_app
 
     app = build_app(store, sock.getsockname()[0], extra_routes)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False)  # fmt: skip
-    LoopbackServer(config, display_address(*sock.getsockname()[:2])).run(sockets=[sock])
+    return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
 
 
 class LoopbackServer(uvicorn.Server):
-    """uvicorn's server, logging its address once it accepts connections and which signal stopped it.
-    It does not re-raise the signal after shutting down (uvicorn does, which would end the process
-    by that signal instead of with status 0)."""
+    """uvicorn's server, logging its address once it accepts connections (then warming the store up
+    on a reader thread) and which signal stopped it. It does not re-raise the signal after shutting
+    down (uvicorn does, which would end the process by that signal instead of with status 0)."""
 
-    def __init__(self, config: uvicorn.Config, address: str) -> None:
+    def __init__(self, config: uvicorn.Config, address: str, store: StoreContext) -> None:
         super().__init__(config)
         self.address = address
+        self.store = store
+        self.warming: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             logger.info("Stormbuffer local API listening address=%s", self.address)
+            self.warming = asyncio.ensure_future(self.store.read(self.store.warm_up))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.should_exit and sig in SIGNALS:
@@ -99,6 +110,9 @@ class LoopbackServer(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+            yield
+            return
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS}
         try:
             yield
