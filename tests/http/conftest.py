@@ -96,6 +96,10 @@ class Server:
         response.read()
         assert self.schemas is not None
         assert not any(name.lower().startswith("access-control-") for name in response.headers)  # never CORS
+        path = response.request.url.path
+        if response.headers.get("content-type") == "text/html; charset=utf-8" and not path.startswith("/v1/"):
+            assert "script-src 'self'" in response.headers["content-security-policy"]  # the review page
+            return
         assert response.headers.get("content-type") == "application/json", response.headers
         if response.request.method == "HEAD":
             assert response.content == b""
