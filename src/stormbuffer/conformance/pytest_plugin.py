@@ -99,8 +99,8 @@ def stormbuffer_run(request: pytest.FixtureRequest, stormbuffer_store: Throwaway
     """One kit run shared by every `stormbuffer_check` test of the session (those selected)."""
     from .checks import Run
 
-    chosen = [item.callspec.params["stormbuffer_check"].id for item in request.session.items
-              if "stormbuffer_check" in getattr(getattr(item, "callspec", None), "params", {})]  # fmt: skip
+    params = (getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items)
+    chosen = [found["stormbuffer_check"].id for found in params if "stormbuffer_check" in found]
     run = Run(stormbuffer_store, *_doors(request.config), selected=chosen)
     try:
         yield run
