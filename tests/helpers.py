@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from stormbuffer.conformance.store import link_tree as link_tree  # shared with the kit's throwaway store
 
 SBUF = Path(sys.executable).parent / "sbuf"
 ESC = "\x1b"
@@ -63,18 +64,6 @@ def run_sbuf(
         errors="surrogateescape",
         check=False,
     )
-
-
-def link_tree(source: Path, destination: Path) -> None:
-    """Give `destination` the regular files of `source` (hard links where possible; dot files skipped)."""
-
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, destination, copy_function=link, ignore=shutil.ignore_patterns(".*"), dirs_exist_ok=True)
 
 
 def tree_digest(root: Path) -> dict[str, str]:

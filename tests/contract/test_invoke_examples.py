@@ -14,7 +14,6 @@ the model version are checked for type, everything else (order, ids, texts, reas
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,17 +21,13 @@ from typing import Any
 
 import pytest
 
-from stormbuffer.core.ids import is_canonical_uuid
-from stormbuffer.core.timestamps import Timestamp
+from stormbuffer.conformance.examples import difference, mask_generated, mask_semantic
 from stormbuffer.embedding import DEFAULT_VARIANT
 from tests.helpers import invoke, link_tree, sbuf_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "schema" / "v1" / "examples").glob("*/*.json"))
 CONTRACT_STORE = ROOT / "tests" / "fixtures" / "contract-store"
-TOLERANCE = 1e-9
-MASK = "<generated>"
-_DISTANCE = re.compile(r"vector:distance=\d+\.\d{6}")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -44,57 +39,9 @@ def is_hybrid(example: dict[str, Any]) -> bool:
     return '"retrieval_mode": "hybrid"' in text or '"vector:distance=' in text
 
 
-def mask_generated(operation: str, request: dict[str, Any], envelope: dict[str, Any]) -> dict[str, Any]:
-    """Replace the per-run values by a marker after checking their format."""
-    envelope = json.loads(json.dumps(envelope))
-    result = envelope.get("result")
-    if not envelope["ok"]:
-        return envelope
-    if operation == "context":
-        receipt = result["receipt"]
-        assert is_canonical_uuid(receipt["receipt_id"])
-        Timestamp.parse(receipt["retrieved_at"])
-        receipt["receipt_id"] = receipt["retrieved_at"] = MASK
-    chosen_id = operation == "propose" and "id" in request.get("record", request)
-    if operation in ("remember", "update", "propose") and not chosen_id:
-        assert is_canonical_uuid(result["record_id"])
-        result["record_id"] = MASK
-    if operation == "supersede" and "id" not in request.get("replacement", {}):
-        assert is_canonical_uuid(result["id"]) and result["id"] != request["id"]
-        result["id"] = MASK
-    return envelope
-
-
-def mask_semantic(node: Any) -> Any:
-    """For hybrid examples: numbers from the model become their type, distance reasons their prefix."""
-    if isinstance(node, dict):
-        out = {key: mask_semantic(value) for key, value in node.items()}
-        for key in ("score", "vector_distance"):
-            if isinstance(out.get(key), float):
-                out[key] = "<number>"
-        if isinstance(out.get("embedding_version"), str):
-            out["embedding_version"] = "<model version>"
-        return out
-    if isinstance(node, list):
-        return [mask_semantic(item) for item in node]
-    if isinstance(node, str) and _DISTANCE.fullmatch(node):
-        return "vector:distance=<number>"
-    return node
-
-
-def assert_same(expected: Any, actual: Any, where: str = "$") -> None:
-    if isinstance(expected, float) and isinstance(actual, (int, float)) and not isinstance(actual, bool):
-        assert abs(expected - actual) <= TOLERANCE, f"{where}: expected {expected}, got {actual}"
-    elif isinstance(expected, dict) and isinstance(actual, dict):
-        assert sorted(expected) == sorted(actual), f"{where}: keys {sorted(expected)} != {sorted(actual)}"
-        for key in expected:
-            assert_same(expected[key], actual[key], f"{where}.{key}")
-    elif isinstance(expected, list) and isinstance(actual, list):
-        assert len(expected) == len(actual), f"{where}: {len(expected)} items expected, got {len(actual)}"
-        for index, (left, right) in enumerate(zip(expected, actual, strict=True)):
-            assert_same(left, right, f"{where}[{index}]")
-    else:
-        assert expected == actual, f"{where}: expected {expected!r}, got {actual!r}"
+def assert_same(expected: Any, actual: Any) -> None:
+    found = difference(expected, actual)
+    assert found is None, found
 
 
 def run_example(path: Path, base: Path, models: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -114,7 +114,7 @@ class ThrowawayStore:
             source_models = self.model_cache()
             if source_models is None:
                 raise RuntimeError("no prepared embedding model; run `sbuf init` first")
-            _link_tree(source_models, base / "cache" / "stormbuffer" / "models")
+            link_tree(source_models, base / "cache" / "stormbuffer" / "models")
         if global_store:
             store = base / "data" / "stormbuffer"
             (store / "records").mkdir(parents=True)
@@ -123,8 +123,9 @@ class ThrowawayStore:
         return Place(base, cwd, env)
 
 
-def _link_tree(source: Path, destination: Path) -> None:
-    """Hard links to the model files where possible (the model is large), copies otherwise."""
+def link_tree(source: Path, destination: Path) -> None:
+    """Give `destination` the regular files of `source`: hard links where possible (the model is
+    large), copies otherwise; dot files are skipped."""
 
     def link(src: str, dst: str) -> None:
         try:
@@ -132,4 +133,4 @@ def _link_tree(source: Path, destination: Path) -> None:
         except OSError:
             shutil.copy2(src, dst)
 
-    shutil.copytree(source, destination, copy_function=link, ignore=shutil.ignore_patterns(".*"))
+    shutil.copytree(source, destination, copy_function=link, ignore=shutil.ignore_patterns(".*"), dirs_exist_ok=True)
