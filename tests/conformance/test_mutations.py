@@ -28,6 +28,7 @@ MUTATIONS = [
     ("extra_tool", "mcp", "mcp.tools", "mcp.resources"),
     ("missing_tool", "mcp", "mcp.tools", "mcp.resources"),
     ("writes_without_grant", "mcp", "mcp.read-only", "mcp.initialize"),
+    ("candidate_grant_widened", "mcp", "mcp.candidate-writes", "mcp.read-only"),
     ("recall_ignores_scope", "mcp", "mcp.recall-scope", "mcp.initialize"),
 ]
 

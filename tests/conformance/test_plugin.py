@@ -31,14 +31,15 @@ def integrator_pytest(tmp_path: Path, env: dict[str, str], *args: str) -> subpro
 
 def test_plugin_fixtures_and_checks_pass_against_our_doors(tmp_path: Path, caller_env: dict[str, str]) -> None:
     doors = ["--stormbuffer-invoke", str(BIN / "sbuf"), "--stormbuffer-mcp", str(BIN / "stormbuffer-mcp")]
-    done = integrator_pytest(tmp_path, caller_env, "-k", "behaviour or mcp.tools or clients", *doors)
+    done = integrator_pytest(tmp_path, caller_env, "-k", "invalid-json or path-denied or mcp.tools or clients", *doors)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "8 passed" in done.stdout  # six behaviours, mcp.tools and the fixtures test
+    assert "4 passed" in done.stdout  # two behaviours, mcp.tools and the fixtures test
 
 
 def test_plugin_fails_the_broken_check(tmp_path: Path, caller_env: dict[str, str]) -> None:
     broken = f"{sys.executable} {STAND_INS / 'wrong_error_code.py'}"
-    done = integrator_pytest(tmp_path, caller_env, "-k", "invoke.example.get", "--stormbuffer-invoke", broken)
+    selected = "invoke.example.get/not-found or invoke.example.get/active-record"
+    done = integrator_pytest(tmp_path, caller_env, "-k", selected, "--stormbuffer-invoke", broken)
     assert done.returncode == 1
-    assert "1 failed, 7 passed" in done.stdout, done.stdout[-3000:]
+    assert "1 failed, 1 passed" in done.stdout, done.stdout[-3000:]
     assert "FAILED test_integration.py::test_stormbuffer_contract[invoke.example.get/not-found]" in done.stdout

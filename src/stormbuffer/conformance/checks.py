@@ -409,6 +409,27 @@ def mcp_read_only(run: Run) -> None:
         expect(run.scoped.record_files() == before, f"{tool}: a record file was written without a write grant")
 
 
+def mcp_candidate_writes(run: Run) -> None:
+    """With `--allow-candidate-writes`, remember and update make candidates; forget is refused."""
+    place = run.mcp_place()
+    session = run.session(place, "candidates")
+    target = f"{ACTIVE_ID}.md"
+    before = place.record_files()[target]
+    for tool, args in (
+        ("memory_remember", remember("Deploys happen after the release check.", version=False)),
+        ("memory_update", {"id": ACTIVE_ID, "body": "Release builds may resolve versions.", "source": SOURCE}),
+    ):
+        call = session.call(tool, args)
+        expect_code(call, "ok")
+        outcome = (call.envelope or {})["result"].get("outcome")
+        expect(outcome == "requires_approval", f"{tool}: outcome {outcome!r}, expected requires_approval")
+    call = session.call("memory_forget", {"id": ACTIVE_ID})
+    expect_code(call, "permission_denied")
+    message = (call.envelope or {}).get("error", {}).get("message")
+    expect(message == messages.CANDIDATES_ONLY, f"memory_forget: message is {message!r}")
+    expect(place.record_files()[target] == before, "memory_forget changed the record without the grant")
+
+
 def mcp_recall_scope(run: Run) -> None:
     session = run.read_only
     recall_scopes(lambda arguments: session.call("memory_recall", arguments))
@@ -506,6 +527,12 @@ def catalogue() -> list[Check]:
         Check("mcp.tools", mcp, "exactly the five tools, with their annotations and arguments", mcp_tools),
         Check("mcp.resources", mcp, "no resources and the three resource templates", mcp_resources),
         Check("mcp.read-only", mcp, "without a write grant every write tool is refused", mcp_read_only),
+        Check(
+            "mcp.candidate-writes",
+            mcp,
+            "the candidate grant allows remember and update, not forget",
+            mcp_candidate_writes,
+        ),
         Check("mcp.recall-scope", mcp, "a scope filter narrows memory_recall", mcp_recall_scope),
     ]
     sendable = [example for example in examples() if mcp_sendable(example)]

@@ -66,6 +66,7 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 WRITES_DISABLED = "MCP write tools are disabled; restart with an explicit host write grant"
+CANDIDATES_ONLY = "MCP candidate-write mode permits only remember and update"
 
 
 @cache
