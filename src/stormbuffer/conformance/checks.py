@@ -557,26 +557,14 @@ def catalogue() -> list[Check]:
         Check("invoke.behaviour.secret-guard", invoke, "secrets are refused and nothing is written", secret_guard),
         Check("invoke.behaviour.scope-filter", invoke, "a scope filter narrows recall", invoke_recall_scope),
         Check("invoke.bounds.input", invoke, "more than 262144 bytes of input is input_too_large", input_bound),
-        Check(
-            "invoke.bounds.output-limit",
-            invoke,
-            "answers past the output bounds are output_too_large",
-            invoke_output_limit,
-        ),
+        Check("invoke.bounds.output-limit", invoke, "answers past a bound are output_too_large", invoke_output_limit),
         Check("mcp.initialize", mcp, "server name and instructions", mcp_initialize),
         Check("mcp.tools", mcp, "exactly the five tools, with their annotations and arguments", mcp_tools),
         Check("mcp.resources", mcp, "no resources and the three resource templates", mcp_resources),
         Check("mcp.read-only", mcp, "without a write grant every write tool is refused", mcp_read_only),
-        Check(
-            "mcp.candidate-writes",
-            mcp,
-            "the candidate grant allows remember and update, not forget",
-            mcp_candidate_writes,
-        ),
+        Check("mcp.candidate-writes", mcp, "candidates may be written, records not archived", mcp_candidate_writes),
         Check("mcp.recall-scope", mcp, "a scope filter narrows memory_recall", mcp_recall_scope),
-        Check(
-            "mcp.bounds.output-limit", mcp, "answers past the tool output bound are output_too_large", mcp_output_limit
-        ),
+        Check("mcp.bounds.output-limit", mcp, "answers past a bound are output_too_large", mcp_output_limit),
     ]
     sendable = [example for example in examples() if mcp_sendable(example)]
     found += [Check(f"mcp.example.{ex.name}", mcp, f"`{TOOLS[ex.operation]}`: {ex.case}", mcp_example(ex))
