@@ -24,7 +24,7 @@ from stormbuffer.core.timestamps import Timestamp
 from . import messages
 from .doors import INVOKE, MCP, TOOLS, Call, InvokeDoor, McpSession, Recorder
 from .examples import Example, difference, examples, mask_generated, mask_semantic
-from .store import GLOBAL_RECORD_ID, PROJECT_SCOPE, Place, ThrowawayStore
+from .store import GLOBAL_RECORD_ID, PROJECT_SCOPE, Place, ThrowawayStore, record_markdown
 
 MAX_INVOKE_INPUT = 262144
 MAX_INVOKE_OUTPUT = 262144  # the line, newline included
@@ -34,6 +34,11 @@ MISSING_ID = "0194d2a1-0000-7a00-8a00-000000000000"
 TOKEN = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
 SOURCE = {"kind": "conversation", "reference": "conformance:probe", "actor": "agent"}
 CANARY = "/srv/sbuf-conformance-canary"
+OVERSIZED, OVERSIZED_ID = 5, "0194d2a1-8888-7a08-8a08-00000000000"
+OVERSIZED_RECALL = {"query": "oversized note", "limit": 5, "budget": 10}
+INVOKE_TOO_LARGE = "response exceeds the bounded protocol output"
+MCP_TOO_LARGE = "response exceeds the bounded MCP tool output"
+RECORD_TOO_LARGE = "record exceeds the bounded protocol output"
 TEMPLATES = {"stormbuffer://record/{id}", "stormbuffer://scope/{scope}/records", "stormbuffer://candidate/{id}"}
 WORKERS = 4  # invoke processes at a time while fetching example answers
 # MCP write examples run in one session in this order (each sees the store the ones before left).
@@ -351,6 +356,35 @@ def invoke_recall_scope(run: Run) -> None:
     recall_scopes(lambda request: invoke.call(run.scoped, "context", {"version": 1, **request}))
 
 
+def oversized(place: Place) -> Place:
+    """Five records whose bodies are one word of 66000 bytes: each is past the 65536 bytes `get`
+    returns, and five blocks of one token each are past every output bound."""
+    for n in range(OVERSIZED):
+        record_id = f"{OVERSIZED_ID}{n}"
+        text = record_markdown(record_id, PROJECT_SCOPE, f"Oversized note {n}", "z" * 66000)
+        (place.records / f"{record_id}.md").write_text(text, encoding="utf-8")
+    return place
+
+
+def expect_too_large(call: Call, message: str) -> None:
+    expect_code(call, "output_too_large")
+    found = (call.envelope or {}).get("error", {}).get("message")
+    expect(found == message, f"{call.operation}: message is {found!r}")
+
+
+def invoke_output_limit(run: Run) -> None:
+    assert run.invoke is not None
+    place = oversized(run.store.place())
+    expect_too_large(run.invoke.call(place, "context", {"version": 1, **OVERSIZED_RECALL}), INVOKE_TOO_LARGE)
+    expect_too_large(run.invoke.call(place, "get", {"version": 1, "id": f"{OVERSIZED_ID}0"}), RECORD_TOO_LARGE)
+
+
+def mcp_output_limit(run: Run) -> None:
+    session = run.session(oversized(run.mcp_place()), "none")
+    expect_too_large(session.call("memory_recall", OVERSIZED_RECALL), MCP_TOO_LARGE)
+    expect_too_large(session.call("memory_get", {"id": f"{OVERSIZED_ID}0"}), RECORD_TOO_LARGE)
+
+
 def input_bound(run: Run) -> None:
     assert run.invoke is not None
     data = b'{"version":1,"query":"' + b"x" * MAX_INVOKE_INPUT + b'"}'
@@ -523,17 +557,14 @@ def catalogue() -> list[Check]:
         Check("invoke.behaviour.secret-guard", invoke, "secrets are refused and nothing is written", secret_guard),
         Check("invoke.behaviour.scope-filter", invoke, "a scope filter narrows recall", invoke_recall_scope),
         Check("invoke.bounds.input", invoke, "more than 262144 bytes of input is input_too_large", input_bound),
+        Check("invoke.bounds.output-limit", invoke, "answers past a bound are output_too_large", invoke_output_limit),
         Check("mcp.initialize", mcp, "server name and instructions", mcp_initialize),
         Check("mcp.tools", mcp, "exactly the five tools, with their annotations and arguments", mcp_tools),
         Check("mcp.resources", mcp, "no resources and the three resource templates", mcp_resources),
         Check("mcp.read-only", mcp, "without a write grant every write tool is refused", mcp_read_only),
-        Check(
-            "mcp.candidate-writes",
-            mcp,
-            "the candidate grant allows remember and update, not forget",
-            mcp_candidate_writes,
-        ),
+        Check("mcp.candidate-writes", mcp, "candidates may be written, records not archived", mcp_candidate_writes),
         Check("mcp.recall-scope", mcp, "a scope filter narrows memory_recall", mcp_recall_scope),
+        Check("mcp.bounds.output-limit", mcp, "answers past a bound are output_too_large", mcp_output_limit),
     ]
     sendable = [example for example in examples() if mcp_sendable(example)]
     found += [Check(f"mcp.example.{ex.name}", mcp, f"`{TOOLS[ex.operation]}`: {ex.case}", mcp_example(ex))

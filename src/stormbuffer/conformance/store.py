@@ -27,12 +27,16 @@ _DROPPED = ("HOME", "USERPROFILE", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFI
             "LOCALAPPDATA", "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "EDITOR", "VISUAL")  # fmt: skip
 
 GLOBAL_STORE_TOML = 'format_version = 1\nscope = "global"\nvisibility = "private"\n'
-GLOBAL_RECORD = f"""+++
+
+
+def record_markdown(record_id: str, scope: str, title: str, body: str) -> str:
+    """One canonical agent-readable active record, as its Markdown file holds it."""
+    return f"""+++
 format_version = 1
-id = "{GLOBAL_RECORD_ID}"
-title = "Release notes are written in the global changelog"
+id = "{record_id}"
+title = "{title}"
 kind = "procedure"
-scope = "global"
+scope = "{scope}"
 status = "active"
 access = "agent"
 created_at = "2026-03-01T09:00:00Z"
@@ -43,12 +47,20 @@ supersedes = []
 
 [[sources]]
 kind = "conversation"
-reference = "conformance:global-store"
+reference = "conformance:store"
 actor = "maintainer"
 +++
 
-Release notes for every project are collected in the global changelog before a release.
+{body}
 """
+
+
+GLOBAL_RECORD = record_markdown(
+    GLOBAL_RECORD_ID,
+    "global",
+    "Release notes are written in the global changelog",
+    "Release notes for every project are collected in the global changelog before a release.",
+)
 
 
 @dataclass(frozen=True)
