@@ -33,6 +33,7 @@ CONTRACT_STORE = ROOT / "tests" / "fixtures" / "contract-store"
 TOLERANCE = 1e-9
 MASK = "<generated>"
 _DISTANCE = re.compile(r"vector:distance=\d+\.\d{6}")
+_FUSION = re.compile(r"fusion:lexical=\d\.\d{3},vector=\d\.\d{3}")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def mask_generated(operation: str, request: dict[str, Any], envelope: dict[str, 
 
 
 def mask_semantic(node: Any) -> Any:
-    """For hybrid examples: numbers from the model become their type, distance reasons their prefix."""
+    """For hybrid examples: numbers from the model become their type, distance and fusion reasons their prefix."""
     if isinstance(node, dict):
         out = {key: mask_semantic(value) for key, value in node.items()}
         for key in ("score", "vector_distance"):
@@ -79,6 +80,8 @@ def mask_semantic(node: Any) -> Any:
         return [mask_semantic(item) for item in node]
     if isinstance(node, str) and _DISTANCE.fullmatch(node):
         return "vector:distance=<number>"
+    if isinstance(node, str) and _FUSION.fullmatch(node):
+        return "fusion:lexical=<number>,vector=<number>"
     return node
 
 
