@@ -23,6 +23,7 @@ TOLERANCE = 1e-9
 MASK = "<generated>"
 WRITES = frozenset({"remember", "update", "propose", "supersede", "archive"})
 _DISTANCE = re.compile(r"vector:distance=\d+\.\d{6}")
+_FUSION = re.compile(r"fusion:lexical=\d\.\d{3},vector=\d\.\d{3}")
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _check(condition: bool, reason: str) -> None:
 
 
 def mask_semantic(node: Any) -> Any:
-    """Numbers that come from the model become their type, distance reasons their prefix."""
+    """Numbers that come from the model become their type, distance and fusion reasons their prefix."""
     if isinstance(node, dict):
         out = {key: mask_semantic(value) for key, value in node.items()}
         for key in ("score", "vector_distance"):
@@ -108,6 +109,8 @@ def mask_semantic(node: Any) -> Any:
         return [mask_semantic(item) for item in node]
     if isinstance(node, str) and _DISTANCE.fullmatch(node):
         return "vector:distance=<number>"
+    if isinstance(node, str) and _FUSION.fullmatch(node):
+        return "fusion:lexical=<number>,vector=<number>"
     return node
 
 
