@@ -145,7 +145,7 @@ def test_lifecycle_transitions(served: Server, client: httpx2.Client) -> None:
     assert error(again) == (422, "invalid_state")
     assert (
         again.json()["error"]["message"]
-        == f"repository operation failed: record {record_id} must be active, not archived"
+        == f"record {record_id} is archived, not active"
     )
     restored = client.post(f"/v1/records/{record_id}/restore", headers=JSON)
     assert restored.status_code == 200 and restored.json()["status"] == "active"
