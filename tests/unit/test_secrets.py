@@ -184,3 +184,10 @@ def test_lowercase_prose_never_triggers(words: list[str]) -> None:
 def test_embedded_github_token_always_triggers(before: str, tail: str, after: str) -> None:
     assume(len(set(tail[4:])) > 3 and not any(marker in tail.lower() for marker in ("example", "xxxx", "dummy")))
     assert contains_secret(f"{before} ghp_{tail} {after}")
+
+
+@pytest.mark.parametrize("before", ["notes\0", "notes \ud800 "])
+def test_nul_characters_and_lone_surrogates_neither_hide_a_secret_nor_fail(before: str) -> None:
+    """The engine reads a C string (a NUL would end it) encoded as UTF-8 (a lone surrogate cannot be)."""
+    text = before + "DATABRICKS_TOKEN=dapi0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
+    assert secret_families(text) == ["databricks"]
