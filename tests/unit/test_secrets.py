@@ -53,6 +53,7 @@ def test_negatives_meet_the_false_positive_target() -> None:
         ("curl -u deploy:hunter22 https://ci.lan", "authorization"),
         ("call it with bearer=Zk29xLq81mWp", "authorization"),
         ("token ghr_0123456789abcdefghijklmnop", "github"),
+        ("token github_pat_A1b2C3d4E5f6G7h8J9k0LmNoPq", "github"),
         ("<id>glcbt-0123456789abcdefghij</id>", "gitlab"),
         ("token sk_test_0123456789abcdefghij", "stripe"),
         ("token AIza0123456789abcdefghijklmnopqrstuv", "google"),
