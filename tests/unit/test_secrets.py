@@ -129,6 +129,13 @@ def test_a_long_text_is_scanned_in_overlapping_windows_covering_every_line() -> 
         assert before.split("\n")[-1] == after.split("\n")[0]
 
 
+def test_a_long_line_is_cut_at_spaces() -> None:
+    words = [f"word{index}" for index in range(2000)]
+    windows = list(engine.windows(" ".join(words)))
+    assert len(windows) > 1 and all(len(window) < 2 * engine.WINDOW_BYTES for window in windows)
+    assert set(words) <= {word for window in windows for word in window.split()}
+
+
 def test_a_secret_deep_in_a_64_kib_body_is_found_by_the_engine() -> None:
     """Our rules have no Databricks rule; the engine does, in whichever window the token lands."""
     token = "dapi" + "0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
