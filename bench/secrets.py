@@ -216,9 +216,12 @@ def measure(engine: str, positives: list[dict[str, str]], negatives: list[dict[s
 
 
 def available(engine: str) -> bool:
-    """`today` and `stormbuffer` always are; a candidate engine when its distribution is installed."""
-    if engine in ("today", "stormbuffer"):
+    """`stormbuffer` always is, `today` when git has its commit, a candidate when it is installed."""
+    if engine == "stormbuffer":
         return True
+    if engine == "today":
+        command = ["git", "cat-file", "-e", f"{TODAY_COMMIT}:src/stormbuffer/core/secrets.py"]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, check=False).returncode == 0
     try:
         importlib.metadata.distribution(DISTRIBUTIONS[engine])
     except importlib.metadata.PackageNotFoundError:
@@ -236,7 +239,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     for engine in args.engines.split(","):
         if not available(engine):
-            print(f"{engine}: not installed, skipped", file=sys.stderr)
+            print(f"{engine}: not installed (or not in this clone's history), skipped", file=sys.stderr)
             results[engine] = {"missing": True}
             continue
         print(f"measuring {engine} ...", file=sys.stderr)
