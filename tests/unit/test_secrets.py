@@ -53,6 +53,7 @@ def test_negatives_meet_the_false_positive_target() -> None:
         ("curl -u deploy:hunter22 https://ci.lan", "authorization"),
         ("call it with bearer=Zk29xLq81mWp", "authorization"),
         ("token ghr_0123456789abcdefghijklmnop", "github"),
+        ("token github_pat_A1b2C3d4E5f6G7h8J9k0LmNoPq", "github"),
         ("<id>glcbt-0123456789abcdefghij</id>", "gitlab"),
         ("token sk_test_0123456789abcdefghij", "stripe"),
         ("token AIza0123456789abcdefghijklmnopqrstuv", "google"),
@@ -128,6 +129,13 @@ def test_a_long_text_is_scanned_in_overlapping_windows_covering_every_line() -> 
         assert before.split("\n")[-1] == after.split("\n")[0]
 
 
+def test_a_long_line_is_cut_at_spaces() -> None:
+    words = [f"word{index}" for index in range(2000)]
+    windows = list(engine.windows(" ".join(words)))
+    assert len(windows) > 1 and all(len(window) < 2 * engine.WINDOW_BYTES for window in windows)
+    assert set(words) <= {word for window in windows for word in window.split()}
+
+
 def test_a_secret_deep_in_a_64_kib_body_is_found_by_the_engine() -> None:
     """Our rules have no Databricks rule; the engine does, in whichever window the token lands."""
     token = "dapi" + "0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
@@ -184,3 +192,10 @@ def test_lowercase_prose_never_triggers(words: list[str]) -> None:
 def test_embedded_github_token_always_triggers(before: str, tail: str, after: str) -> None:
     assume(len(set(tail[4:])) > 3 and not any(marker in tail.lower() for marker in ("example", "xxxx", "dummy")))
     assert contains_secret(f"{before} ghp_{tail} {after}")
+
+
+@pytest.mark.parametrize("before", ["notes\0", "notes \ud800 "])
+def test_nul_characters_and_lone_surrogates_neither_hide_a_secret_nor_fail(before: str) -> None:
+    """The engine reads a C string (a NUL would end it) encoded as UTF-8 (a lone surrogate cannot be)."""
+    text = before + "DATABRICKS_TOKEN=dapi0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
+    assert secret_families(text) == ["databricks"]

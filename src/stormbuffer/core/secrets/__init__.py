@@ -2,7 +2,7 @@
 
 A text holds a secret when the rule engine (Betterleaks, see `engine`) or one of our own rules
 (see `rules`) matches a value that is not a placeholder, digest or UUID. Before scanning, escaped
-line breaks (a literal `\\n` in JSON) become real ones. Results name fields and rule families
+line breaks (a literal `\\n` in JSON) become real ones (`normalized`). Results name fields and rule families
 only; a matched value never leaves this package.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ..records import Record, searchable_fields
 from . import engine, rules
 
-_ESCAPES = (("\\n", "\n"), ("\\r", "\n"), ("\\t", " "), (">", "> "), ("<", " <"))
+_ESCAPES = (("\\n", "\n"), ("\\r", "\n"), ("\\t", " "), ("\0", "\n"), (">", "> "), ("<", " <"))
 
 
 def secret_families(text: str) -> list[str]:
@@ -33,7 +33,9 @@ def contains_secret(text: str) -> bool:
 
 
 def normalized(text: str) -> str:
-    """The text with escaped line breaks and tabs unescaped and markup tags spaced from their content."""
+    """The text with escaped line breaks and tabs unescaped, markup tags spaced from their content,
+    NUL characters as line breaks (the engine reads C strings) and lone surrogates as `?`."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
     for escaped, plain in _ESCAPES:
         text = text.replace(escaped, plain)
     return text

@@ -4,8 +4,9 @@ Betterleaks only matches; it never validates a finding against a vendor's API, a
 that a scan opens no socket. It is imported on the first scan, never by read-only commands.
 
 Its scan time grows faster than the text, so a long text is scanned in windows of about 1 KiB cut
-at line ends, each window repeating the previous window's last line (a key id and its secret on
-adjacent lines stay together; a private key block longer than a window is caught by our own rule).
+at line ends (a longer line at spaces), each window repeating the previous window's last line (a
+key id and its secret on adjacent lines stay together; a private key block longer than a window is
+caught by our own rule).
 Windows without a token-shaped run are not sent at all (`may_hold_a_token`).
 """
 
@@ -53,6 +54,15 @@ def family(rule_id: str) -> str:
     return _FAMILY_OF_PREFIX.get(vendor, vendor)
 
 
+def _pieces(text: str) -> Iterator[str]:
+    """The lines of the text, a line longer than a window cut at spaces (tokens hold none)."""
+    for line in text.split("\n"):
+        while len(line) > WINDOW_BYTES and (cut := line.rfind(" ", 0, WINDOW_BYTES)) > 0:
+            yield line[:cut]
+            line = line[cut + 1 :]
+        yield line
+
+
 def windows(text: str) -> Iterator[str]:
     """The text in windows of about WINDOW_BYTES, cut at line ends, overlapping by one line."""
     if len(text) <= WINDOW_BYTES:
@@ -60,7 +70,7 @@ def windows(text: str) -> Iterator[str]:
         return
     window: list[str] = []
     size, fresh = 0, False
-    for line in text.split("\n"):
+    for line in _pieces(text):
         window.append(line)
         size, fresh = size + len(line) + 1, True
         if size >= WINDOW_BYTES:

@@ -33,7 +33,7 @@ _HEADER_VALUE = r"""["']?(?P<v>[^\s"'<>(){}\[\],;]{8,})"""  # the reference's su
 # with alternatives), and a bounded match must not follow a token character. Each expression
 # starts with literal text, so that a search skips ahead to it instead of trying every position.
 RULES: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
-    ("github", ("gh",), r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E, True),
+    ("github", ("gh", "github_pat_"), r"(?P<v>gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{13,})" + _E, True),
     (
         "github",
         ("github",),
