@@ -11,6 +11,8 @@ from typing import NoReturn
 
 import click
 
+from ..core.locks import lock_wait_from
+from ..core.repository import Repository
 from ..core.stores import PlatformDirs, StorePaths, View, resolve_store
 from .style import Style, colour_enabled
 
@@ -35,6 +37,11 @@ class Cli:
     colour: str = "auto"
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     machine_mode: bool = False
+    lock_wait: float | None = None  # --lock-wait; else the environment's or the default
+
+    def repository(self) -> Repository:
+        """The selected store's repository, waiting for a busy store as configured."""
+        return Repository(self.store(), lock_wait=lock_wait_from(self.env, self.lock_wait))
 
     @property
     def cwd(self) -> Path:

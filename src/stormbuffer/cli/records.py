@@ -36,6 +36,19 @@ def selected_store() -> StorePaths:
         return current().store()
 
 
+def selected_repository() -> Repository:
+    """The selected store's repository; a write waits for a busy store as `--lock-wait` or the environment say."""
+    with failing("could not resolve store"):
+        return current().repository()
+
+
+def warn_degraded(invalid: list[tuple[str, str]]) -> None:
+    """A warning on stderr for each invalid record file: the store answers from its other records."""
+    for name, reason in invalid:
+        click.echo(f"warning: the store is degraded: {one_line(name)} is invalid and was left out ({one_line(reason)})",
+                   err=True)  # fmt: skip
+
+
 def record_id_argument(text: str) -> str:
     try:
         return parse_record_id(text)
@@ -45,7 +58,7 @@ def record_id_argument(text: str) -> str:
 
 def _repository(context: str) -> Repository:
     """The selected store's repository; fails with `<context>: store is not initialized` first."""
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing(context):
         _ = repository.scope
     return repository
@@ -166,6 +179,9 @@ def status(as_json: bool) -> None:
     ]
     for name, value in lines:
         click.echo(out.field(name, value))
+    for name in report["invalid_files"]:
+        shown = f"{one_line(name)} (left out; repair it, then run `sbuf sync`)"
+        click.echo(out.field("Invalid file", out.warning(shown)))
 
 
 def _inspect(paths: StorePaths) -> dict[str, Any]:
@@ -173,9 +189,11 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
     cli = current()
     config = read_config(paths) if paths.is_initialized() else None
     lifecycle = dict.fromkeys(STATUSES, 0)
+    invalid: list[tuple[str, str]] = []
     if config is not None:
-        for item in Repository(paths).scan_read_only():
-            lifecycle[item.record.status] += 1
+        records, invalid = Repository(paths).listing()
+        for record in records:
+            lifecycle[record.status] += 1
     from ..index.projection import describe
 
     index = describe(paths)
@@ -187,6 +205,7 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "embedding_version": index["embedding_version"],
         "index_version": index["index_version"],
         "initialized": config is not None,
+        "invalid_files": [name for name, _reason in invalid],
         "last_successful_sync": index["last_sync"],
         "lifecycle": lifecycle,
         "project_id": config.project_id if config else None,
@@ -240,7 +259,7 @@ def reject(record_id: str) -> None:
 
 def _decide(text: str, *, approve: bool) -> None:
     record_id = record_id_argument(text)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not update candidate"):
         result = repository.approve(record_id) if approve else repository.reject(record_id)
     click.echo(f"{result.record_id}\t{result.outcome}\t{result.status or ''}")
@@ -250,7 +269,7 @@ def _decide(text: str, *, approve: bool) -> None:
 @click.argument("record_id", metavar="ID")
 def edit(record_id: str) -> None:
     record_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not find record"):
         stored = repository.find(record_id)
     with failing("could not save edited record"):
@@ -266,7 +285,7 @@ def edit(record_id: str) -> None:
 @_draft_options
 def supersede(record_id: str, title: str | None, kind: str | None, body: str | None) -> None:
     old_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not find record to supersede"):
         old = repository.find(old_id).record
     now = Timestamp.now()
@@ -301,7 +320,7 @@ def restore(record_id: str) -> None:
 
 def _change_lifecycle(text: str, *, restore: bool) -> None:
     record_id = record_id_argument(text)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not change record lifecycle"):
         record = repository.restore(record_id) if restore else repository.archive(record_id)
     click.echo(f"{record.id}\t{record.status}")
@@ -317,7 +336,7 @@ def forget(record_id: str, destroy: bool, yes: bool) -> None:
     if not destroy:
         fail("forget requires --destroy for permanent deletion")
     record_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not permanently delete record"):
         record = repository.find(record_id).record
     if not yes:
@@ -342,7 +361,7 @@ def _confirm_deletion(record: Record) -> None:
 @click.argument("record_id", metavar="ID")
 def show(record_id: str) -> None:
     record_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not read record"):
         data = repository.find(record_id).data
     sys.stdout.buffer.write(data)
@@ -352,8 +371,11 @@ def show(record_id: str) -> None:
 @command("list", help="List memories.")
 @click.option("--all", "include_all", is_flag=True, help="Include inactive records.")
 def list_records(include_all: bool) -> None:
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not list records"):
-        records = repository.records(include_inactive=include_all)
+        records, invalid = repository.listing()
+    warn_degraded(invalid)
     for record in records:
+        if not include_all and record.status != "active":
+            continue
         click.echo(f"{record.id}\t{record.status}\t{record.kind}\t{record.scope}\t{one_line(record.title)}")

@@ -63,7 +63,7 @@ class Conflict(RepositoryError):
 
 class MutationBusy(Conflict):
     def __init__(self) -> None:
-        super().__init__("store mutation lock is busy; another sbuf process is changing this store")
+        super().__init__("store mutation lock is busy: the store stayed busy for as long as a write waits; retry it")
 
 
 class StoreIntegrityError(RepositoryError):
@@ -77,3 +77,15 @@ class IndexUnavailable(StormbufferError):
 class IndexBusy(StormbufferError):
     def __init__(self) -> None:
         super().__init__("SQLite projection is busy; retry the operation")
+
+
+class UnsafeWrite(RecordError):
+    """An invalid record file may hold an id or title the write must check, so it cannot be checked.
+
+    The message names the file by its store-relative path only (control characters escaped)."""
+
+    def __init__(self, name: str) -> None:
+        shown = name.encode("unicode_escape").decode("ascii")
+        detail = "the file is invalid and may hold an id or title this write must check; repair it first"
+        super().__init__(shown, detail)
+        self.name = shown

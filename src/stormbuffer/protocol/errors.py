@@ -14,11 +14,13 @@ from stormbuffer.core.errors import (
     IndexUnavailable,
     InvalidInput,
     InvalidState,
+    MutationBusy,
     NotFound,
     NotInitialized,
     RecordError,
     ScopeDenied,
     StoreIntegrityError,
+    UnsafeWrite,
 )
 
 STORE_FAILED = "the store operation failed"
@@ -46,6 +48,7 @@ _CORE_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
     (ScopeDenied, "scope_denied", "record is outside the selected scope"),
     (AccessDenied, "access_denied", "record is not available to this access class"),
     (InvalidState, "invalid_state", "record lifecycle state does not permit this operation"),
+    (MutationBusy, "conflict", "the store stayed busy while this write waited; retry it"),
     (Conflict, "conflict", "record changed or is busy; retry after inspection"),
     (StoreIntegrityError, "internal_error", STORE_FAILED),
     (RecordError, "invalid_record", "record validation failed"),
@@ -64,6 +67,8 @@ def from_core(exc: BaseException) -> ProtocolError:
     """The protocol error for an exception raised below the protocol layer."""
     if isinstance(exc, ProtocolError):
         return exc
+    if isinstance(exc, UnsafeWrite):  # names only the store-relative file, escaped
+        return ProtocolError("invalid_record", f"record file {exc.name} is invalid; repair it before this write")
     for cls, code, message in _CORE_ERRORS:
         if isinstance(exc, cls):
             return ProtocolError(code, message)
