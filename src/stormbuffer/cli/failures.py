@@ -9,6 +9,7 @@ import click
 
 from ..core.errors import RepositoryError, StormbufferError
 from .context import fail, report_error
+from .text import one_line
 
 
 @contextmanager
@@ -33,3 +34,11 @@ def fail_on_invalid_records(invalid_files: list[tuple[str, str]]) -> None:
         for path, reason in invalid_files:
             report_error(f"invalid canonical record {path}: {reason}")
         raise click.exceptions.Exit(1)
+
+
+def warn_degraded(invalid_files: list[tuple[str, str]]) -> None:
+    """A warning on stderr for each invalid record file (store-relative path, reason): the command
+    answers from the other records."""
+    for path, reason in invalid_files:
+        click.echo(f"warning: the store is degraded: {one_line(path)} is invalid and was left out "
+                   f"({one_line(reason)})", err=True)  # fmt: skip

@@ -17,7 +17,7 @@ from ..core.stores import StorePaths, initialize_store, read_config
 from ..core.timestamps import Timestamp, later_of
 from .context import current, fail
 from .editor import edit_text, review_draft
-from .failures import fail_on_invalid_records, failing
+from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
 from .text import one_line
 
@@ -40,13 +40,6 @@ def selected_repository() -> Repository:
     """The selected store's repository; a write waits for a busy store as `--lock-wait` or the environment say."""
     with failing("could not resolve store"):
         return current().repository()
-
-
-def warn_degraded(invalid: list[tuple[str, str]]) -> None:
-    """A warning on stderr for each invalid record file: the store answers from its other records."""
-    for name, reason in invalid:
-        click.echo(f"warning: the store is degraded: {one_line(name)} is invalid and was left out ({one_line(reason)})",
-                   err=True)  # fmt: skip
 
 
 def record_id_argument(text: str) -> str:
