@@ -172,7 +172,7 @@ def status(as_json: bool) -> None:
     ]
     for name, value in lines:
         click.echo(out.field(name, value))
-    for name in report["invalid_files"]:
+    for name in report.get("invalid_files", []):
         shown = f"{one_line(name)} (left out; repair it, then run `sbuf sync`)"
         click.echo(out.field("Invalid file", out.warning(shown)))
 
@@ -190,7 +190,7 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
     from ..index.projection import describe
 
     index = describe(paths)
-    return {
+    report = {
         "disk_usage": {
             "canonical_bytes": usage.canonical_bytes(paths),
             "disposable_bytes": usage.disposable_bytes(paths),
@@ -198,7 +198,6 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "embedding_version": index["embedding_version"],
         "index_version": index["index_version"],
         "initialized": config is not None,
-        "invalid_files": [name for name, _reason in invalid],
         "last_successful_sync": index["last_sync"],
         "lifecycle": lifecycle,
         "project_id": config.project_id if config else None,
@@ -209,6 +208,9 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "view": cli.view.description,
         "visibility": config.visibility if config else None,
     }
+    if invalid:  # only a degraded store has the key
+        report["invalid_files"] = [name for name, _reason in invalid]
+    return report
 
 
 # ---- writing records ----------------------------------------------------------------------------

@@ -252,6 +252,9 @@ class Repository:
 
     @contextmanager
     def _mutation(self) -> Iterator[_Mutation]:
+        from ..index.catalog import ready_to_write
+
+        ready_to_write(self.paths)
         with self.locked():
             catalog = self._catalog(wait=self.lock_wait)
             mutation = _Mutation(self, catalog)

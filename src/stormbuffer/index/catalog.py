@@ -42,14 +42,16 @@ MATCHING = ("candidate", "active")
 class Catalog:
     """The projection of one store as the index of a mutation in progress (the mutation lock is held)."""
 
-    def __init__(self, paths: StorePaths, files: dict[str, tuple[int, int, int]], report: SyncReport) -> None:
+    def __init__(
+        self, paths: StorePaths, files: dict[str, tuple[int, int, int]], fingerprint: str, report: SyncReport
+    ) -> None:
         self.paths = paths
         self.invalid_files = [(f"records/{name}", message) for name, message in report.invalid_files]
         self._files = files
         self._conn = pj.connect(paths.index_path)
         settings = pj.get_settings(self._conn)
         self._generation = settings.get(pj.GENERATION)
-        self._fingerprint = settings.get(pj.FILES)
+        self._current = settings.get(pj.FILES) == fingerprint  # the stored digest describes `files`
 
     def close(self) -> None:
         self._conn.close()
@@ -107,10 +109,9 @@ class Catalog:
                 count = count or token_counter(self.paths)
                 project_records(conn, [(name, record, sha256, stat)], count)
             postings.apply_changes(conn)
-            current = self._fingerprint == files_fingerprint(self._files)
             pj.set_settings(conn, {
                 pj.GENERATION: str(int(self._generation or 0) + 1),
-                pj.FILES: files_fingerprint(files) if current else "",
+                pj.FILES: files_fingerprint(files) if self._current else "",
                 pj.VERIFY: json.dumps(pending),
             })  # fmt: skip
             conn.execute("COMMIT")
@@ -118,10 +119,19 @@ class Catalog:
             conn.close()
 
 
+def ready_to_write(paths: StorePaths) -> None:
+    """Load what projecting a write needs (the tokenizer, NumPy for the postings) before the mutation
+    lock is taken, so that other writers do not wait while it loads."""
+    import numpy  # noqa: F401
+
+    token_counter(paths)
+
+
 def open_catalog(paths: StorePaths, scope: str, wait: float) -> Catalog:
     """The store's projection brought up to date, as a catalog. Raises IndexBusy when another writer
     keeps the projection longer than `wait` seconds, IndexUnavailable when it cannot be used."""
     with projection_lock(paths, wait=wait):
         files = scan_files(paths)
-        report = sync_scanned(paths, scope, files, None)
-        return Catalog(paths, files, report)
+        fingerprint = files_fingerprint(files)
+        report = sync_scanned(paths, scope, files, None, fingerprint=fingerprint)
+        return Catalog(paths, files, fingerprint, report)

@@ -169,9 +169,11 @@ def sync_scanned(
     embedder: Embedder | None,
     *,
     progress: Progress | None = None,
+    fingerprint: str | None = None,
 ) -> SyncReport:
-    """`sync_store` for a caller that holds the projection lock and has just scanned the files."""
-    current = _current_report(paths, files, embedder)
+    """`sync_store` for a caller that holds the projection lock and has just scanned the files (and
+    perhaps computed their `files_fingerprint`)."""
+    current = _current_report(paths, files, embedder, fingerprint or files_fingerprint(files))
     if current is not None:
         return current
     engine, rebuilt = _open_for_writing(paths.index_path)
@@ -253,7 +255,9 @@ def files_fingerprint(files: dict[str, Stat]) -> str:
     return digest.hexdigest()
 
 
-def _current_report(paths: StorePaths, files: dict[str, Stat], embedder: Embedder | None) -> SyncReport | None:
+def _current_report(
+    paths: StorePaths, files: dict[str, Stat], embedder: Embedder | None, fingerprint: str
+) -> SyncReport | None:
     """The report of a sync with nothing to do, or None when there may be work (or any doubt).
 
     Nothing to do means: the files have exactly the metadata the last sync stored (one digest
@@ -273,7 +277,7 @@ def _current_report(paths: StorePaths, files: dict[str, Stat], embedder: Embedde
         pj.check_version(conn)
         settings = pj.get_settings(conn)
         started = time.time_ns()
-        if settings.get(pj.FILES) != files_fingerprint(files):
+        if settings.get(pj.FILES) != fingerprint:
             return None
         hashed = _verified(conn, paths, files, settings, started)
         if hashed is None:
