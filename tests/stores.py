@@ -64,3 +64,22 @@ def canonical_bytes(paths: StorePaths) -> dict[str, bytes]:
     return {p.relative_to(paths.root).as_posix(): p.read_bytes() for p in sorted(paths.records.rglob("*.md"))} | {
         "store.toml": paths.config_file.read_bytes()
     }
+
+
+def write_many(paths: StorePaths, count: int) -> None:
+    """`count` settled records of every kind, written straight to the records directory with the codec
+    (a cheap way to a big store). Titles are `Base record <n>`; ids are fixed by the number."""
+    scope = record_scope(paths)
+    now = Timestamp.parse("2026-08-05T20:09:00Z")
+    kinds = ("fact", "decision", "procedure", "checkpoint")
+    paths.records.mkdir(parents=True, exist_ok=True)
+    for number in range(count):
+        record = Record(
+            id=f"01900000-0000-7000-8000-{number:012x}", title=f"Base record {number}", kind=kinds[number % 4],
+            scope=scope, status="active" if number % 7 else "candidate", access="agent", created_at=now,
+            updated_at=now, sources=(Source("document", f"notes/base-{number}", "human"),),
+            body=f"Base record number {number} says something about topic {number % 97}.\n",
+        )  # fmt: skip
+        path = paths.records / f"{record.id}.md"
+        path.write_text(render_markdown(record), encoding="utf-8")
+        settle(path)

@@ -22,6 +22,40 @@ class RetrievalMode(StrEnum):
     hybrid = "hybrid"
 
 
+class Store(StrEnum):
+    """
+    Which composed store holds the file.
+    """
+
+    global_ = "global"
+    project = "project"
+
+
+class InvalidFile(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    store: Store
+    """
+    Which composed store holds the file.
+    """
+    path: str
+    """
+    The file's path inside the store, e.g. `records/<name>.md`.
+    """
+
+
+class Degraded(BaseModel):
+    """
+    Present only when the store is degraded: record files that are invalid and were left out of retrieval (named by the store and the path inside it). Hosts that do not know this field can ignore it.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    invalid_files: Annotated[list[InvalidFile], Field(min_length=1)]
+
+
 class SemanticFallback(StrEnum):
     """
     Reason for a lexical fallback.
@@ -118,4 +152,8 @@ class Receipt(BaseModel):
     contract_version: Literal["stormbuffer-context-v1"]
     """
     Contract version.
+    """
+    degraded: Degraded | None = None
+    """
+    Present only when the store is degraded: record files that are invalid and were left out of retrieval (named by the store and the path inside it). Hosts that do not know this field can ignore it.
     """

@@ -257,7 +257,7 @@ async def test_store_failures_are_equal_too(store: Store) -> None:
             busy = await both("memory_remember", REMEMBER)
         bad_file = store.box.project_root / "records" / f"{MISSING_ID}.md"
         bad_file.write_text(record_markdown(MISSING_ID, store.scope, kind="rumour"), encoding="utf-8")
-        invalid = await both("memory_get", {"id": ACTIVE_ID})
+        invalid = await both("memory_get", {"id": MISSING_ID})  # the invalid file's own id: never served
         bad_file.unlink()
         index = store.box.project_root / "index.sqlite3"
         for path in store.box.project_root.glob("index.sqlite3*"):

@@ -22,7 +22,7 @@ Related (§15.4):
 - each fallback reason handed in is reported verbatim with lexical mode and null model fields;
 - a held projection lock gives lexical results with `vector_projection_busy`;
 - an uninitialized project store: `not_initialized`, no `.sbuf` created;
-- an invalid canonical record: `invalid_record`, empty stderr;
+- an invalid canonical record: reads still answer, the context receipt names the file (degraded);
 - propose → requires_approval; permission_denied for access human (search, propose, supersede) and
   actor human + approved; get has no `path`; supersede → a new id; archive of it → archived;
   `{not-json` → invalid_json; a `path` key → path_denied without echo; a blocked index →
@@ -296,11 +296,14 @@ def test_uninitialized_project_store(tmp_path) -> None:
     assert not box.project_root.exists() and tree_digest(box.base) == before
 
 
-def test_invalid_canonical_record(store: Store) -> None:
-    (store.records / "broken.md").write_text("+++\nnot toml\n", encoding="utf-8")
+def test_an_invalid_canonical_record_degrades_reads_without_failing_them(store: Store) -> None:
+    broken = store.records / "broken.md"
+    broken.write_text("+++\nnot toml\n", encoding="utf-8")
     for operation, request in (("search", {"query": "tar"}), ("context", {"query": "tar"}), ("get", {"id": BACKUP_ID})):
-        envelope = store.invoke(operation, {"version": 1, **request})
-        assert envelope["error"] == {"code": "invalid_record", "message": "one or more canonical records are invalid"}
+        assert store.invoke(operation, {"version": 1, **request})["ok"], operation
+    receipt = store.invoke("context", {"version": 1, "query": "tar"})["result"]["receipt"]
+    assert receipt["degraded"] == {"invalid_files": [{"store": "project", "path": "records/broken.md"}]}
+    assert broken.read_text(encoding="utf-8") == "+++\nnot toml\n"
 
 
 def test_process_lifecycle_and_denials(store: Store) -> None:
@@ -409,7 +412,8 @@ def test_local_view_ignores_an_invalid_global_store(store: Store) -> None:
     sbuf(store, "--local", "approve", result["record_id"])
     hits = store.invoke("search", {"version": 1, "query": "zephyrine"}, view="local")["result"]
     assert hits[0]["record_id"] == result["record_id"] and {hit["scope"] for hit in hits} == {PROJECT_SCOPE}
-    assert code(store.invoke("search", {"version": 1, "query": "zephyrine"})) == "invalid_record"
+    receipt = store.invoke("context", {"version": 1, "query": "zephyrine"})["result"]["receipt"]
+    assert receipt["degraded"] == {"invalid_files": [{"store": "global", "path": "records/broken.md"}]}
 
 
 def test_checkpoint_continuity(store: Store) -> None:

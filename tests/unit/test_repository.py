@@ -145,10 +145,11 @@ def test_stale_editor_gets_a_conflict(repo: Repository) -> None:
     assert repo.find(record.id).record.body == "Newer body.\n"
 
 
-def test_busy_lock_is_an_immediate_error_without_paths(repo: Repository) -> None:
+def test_a_lock_busy_for_longer_than_the_wait_is_an_error_without_paths(repo: Repository) -> None:
+    impatient = Repository(repo.paths, lock_wait=0.2)
     with exclusive_lock(repo.paths.mutation_lock):
         with pytest.raises(MutationBusy) as caught:
-            repo.add(draft(repo, status="active"))
+            impatient.add(draft(repo, status="active"))
     assert str(repo.paths.root) not in str(caught.value)
     assert statuses(repo) == {}
 

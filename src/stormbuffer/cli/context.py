@@ -7,12 +7,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from ..core.stores import PlatformDirs, StorePaths, View, resolve_store
 from .style import Style, colour_enabled
+
+if TYPE_CHECKING:
+    from ..core.repository import Repository
 
 
 class CommandFailed(click.ClickException):
@@ -35,6 +38,14 @@ class Cli:
     colour: str = "auto"
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     machine_mode: bool = False
+    lock_wait: float | None = None  # --lock-wait; else the environment's or the default
+
+    def repository(self) -> Repository:
+        """The selected store's repository, waiting for a busy store as configured."""
+        from ..core.locks import lock_wait_from
+        from ..core.repository import Repository
+
+        return Repository(self.store(), lock_wait=lock_wait_from(self.env, self.lock_wait))
 
     @property
     def cwd(self) -> Path:

@@ -10,6 +10,7 @@ import click
 from ..core.errors import NO_SPACE, NotInitialized, StormbufferError, out_of_space
 from ..core.stores import View
 from .context import current, fail, report_error
+from .text import one_line
 
 
 @contextmanager
@@ -45,3 +46,11 @@ def init_command() -> str:
     """The command that initializes the selected store: `sbuf init` or `sbuf --project init`."""
     view = current().view
     return "sbuf init" if view is View.GLOBAL else f"sbuf {current().scope_flag} init"
+
+
+def warn_degraded(invalid_files: list[tuple[str, str]]) -> None:
+    """A warning on stderr for each invalid record file (store-relative path, reason): the command
+    answers from the other records."""
+    for path, reason in invalid_files:
+        click.echo(f"warning: the store is degraded: {one_line(path)} is invalid and was left out "
+                   f"({one_line(reason)})", err=True)  # fmt: skip

@@ -18,7 +18,7 @@ import click
 
 from ..core.stores import StorePaths, retrieval_stores
 from .context import current
-from .failures import fail_on_invalid_records, failing
+from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
 from .records import selected_store
 from .text import one_line
@@ -221,7 +221,7 @@ def gc(dry_run: bool, include_index: bool, include_models: bool) -> None:
 
 def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | None]:
     """The view's stores synced (with vectors when the model is ready) and the semantic fallback reason;
-    exits 1 after one line per invalid record."""
+    an invalid record file is left out, with a warning on stderr."""
     from ..retrieval import prepare_stores
 
     cli = current()
@@ -231,9 +231,10 @@ def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | No
     embedder, reason = _embedder(paths)
     with failing(context):
         prepared = prepare_stores(stores, embedder)
-    fail_on_invalid_records(
-        [(name if store == paths else f"{name} (global store)", why) for store, name, why in prepared.invalid_files]
-    )
+    warn_degraded(
+        [(f"records/{name}" if store == paths else f"records/{name} (global store)", why)
+         for store, name, why in prepared.invalid_files]
+    )  # fmt: skip
     return stores, embedder, prepared.fallback or reason
 
 

@@ -89,6 +89,11 @@ def store_options(function: Callable[..., Any]) -> Callable[..., Any]:
             ctx.ensure_object(Cli).colour = value
         return value
 
+    def lock_wait_callback(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        if value is not None:
+            ctx.ensure_object(Cli).lock_wait = value
+        return value
+
     options = [
         click.option("-g", "--global", "global", is_flag=True, expose_value=False, callback=view_callback,
                      help="Use the global store (the default)."),
@@ -98,6 +103,10 @@ def store_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Use the nearest project store only; never open the global store."),
         click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, expose_value=False,
                      callback=colour_callback, help="Colour for human output (default auto)."),
+        click.option("--lock-wait", type=click.FloatRange(0, 3600), default=None, expose_value=False,
+                     callback=lock_wait_callback, metavar="SECONDS",
+                     help="How long a write waits for a store another process is changing "
+                          "(default $STORMBUFFER_LOCK_WAIT or 5)."),
     ]  # fmt: skip
     for option in reversed(options):
         function = option(function)

@@ -130,6 +130,7 @@ def _session(view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> Se
     """The caller's session; None without a home directory or working directory."""
     from pathlib import Path
 
+    from ..core.locks import lock_wait_from
     from ..core.stores import PlatformDirs, View, resolve_store
     from ..protocol.session import Session
 
@@ -139,7 +140,7 @@ def _session(view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> Se
         selected = resolve_store(selected_view, Path.cwd(), dirs)
     except Exception:  # nothing to tell but the fixed message
         return None
-    return Session(selected_view, selected, dirs, embedder)
+    return Session(selected_view, selected, dirs, embedder, lock_wait=lock_wait_from(env))
 
 
 def _emit(line: str) -> None:

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from ..core.locks import LOCK_WAIT_ENV
 from .context import current
 from .main import command
 from .oneshot import run_invoke
@@ -25,4 +26,5 @@ from .oneshot import run_invoke
 def invoke(operation: str) -> None:
     cli = current()
     cli.machine_mode = True
-    sys.exit(run_invoke(operation, cli.view, cli.env))
+    env = dict(cli.env) if cli.lock_wait is None else {**cli.env, LOCK_WAIT_ENV: str(cli.lock_wait)}
+    sys.exit(run_invoke(operation, cli.view, env))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -18,7 +19,7 @@ from ..core.stores import StorePaths, initialize_store, read_config
 from ..core.timestamps import Timestamp, later_of
 from .context import current, fail
 from .editor import edit_text, review_draft
-from .failures import fail_on_invalid_records, failing
+from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
 from .text import one_line
 
@@ -37,6 +38,12 @@ NO_EDITOR_REPLACEMENT = "Without $VISUAL or $EDITOR, a replacement given --title
 def selected_store() -> StorePaths:
     with failing("could not resolve store"):
         return current().store()
+
+
+def selected_repository() -> Repository:
+    """The selected store's repository; a write waits for a busy store as `--lock-wait` or the environment say."""
+    with failing("could not resolve store"):
+        return current().repository()
 
 
 ID_PART = re.compile(r"[0-9a-f-]+")
@@ -61,7 +68,7 @@ def record_id_argument(text: str) -> str:
         fail(f"invalid ID `{one_line(text)}`: {reason} (or a unique prefix or suffix of a memory's id, "
              f"at least {MIN_ID_PART} hex digits)")  # fmt: skip
     with failing(f"could not look up ID `{part}`"):
-        ids = sorted(item.record.id for item in Repository(selected_store()).scan_read_only())
+        ids = sorted(record.id for record in selected_repository().listing()[0])
     matches = [record_id for record_id in ids if record_id.startswith(part) or record_id.endswith(part)]
     if not matches:
         fail(f"ID `{part}`: no memory's id starts or ends with it")
@@ -73,7 +80,7 @@ def record_id_argument(text: str) -> str:
 
 def _repository(context: str) -> Repository:
     """The selected store's repository; fails with `<context>: store is not initialized` first."""
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing(context):
         _ = repository.scope
     return repository
@@ -194,6 +201,9 @@ def status(as_json: bool) -> None:
     ]
     for name, value in lines:
         click.echo(out.field(name, value))
+    for name in report.get("invalid_files", []):
+        shown = f"{one_line(name)} (left out; repair it, then run `sbuf sync`)"
+        click.echo(out.field("Invalid file", out.warning(shown)))
 
 
 def _inspect(paths: StorePaths) -> dict[str, Any]:
@@ -201,13 +211,15 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
     cli = current()
     config = read_config(paths) if paths.is_initialized() else None
     lifecycle = dict.fromkeys(STATUSES, 0)
+    invalid: list[tuple[str, str]] = []
     if config is not None:
-        for item in Repository(paths).scan_read_only():
-            lifecycle[item.record.status] += 1
+        records, invalid = Repository(paths).listing()
+        for record in records:
+            lifecycle[record.status] += 1
     from ..index.projection import describe
 
     index = describe(paths)
-    return {
+    report = {
         "disk_usage": {
             "canonical_bytes": usage.canonical_bytes(paths),
             "disposable_bytes": usage.disposable_bytes(paths),
@@ -225,6 +237,9 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "view": cli.view.description,
         "visibility": config.visibility if config else None,
     }
+    if invalid:  # only a degraded store has the key
+        report["invalid_files"] = [name for name, _reason in invalid]
+    return report
 
 
 # ---- writing records ----------------------------------------------------------------------------
@@ -287,7 +302,7 @@ def reject(record_id: str) -> None:
 
 def _decide(text: str, *, approve: bool) -> None:
     record_id = record_id_argument(text)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not update candidate"):
         result = repository.approve(record_id) if approve else repository.reject(record_id)
     click.echo(f"{result.record_id}\t{result.outcome}\t{result.status or ''}")
@@ -297,7 +312,7 @@ def _decide(text: str, *, approve: bool) -> None:
 @click.argument("record_id", metavar="ID")
 def edit(record_id: str) -> None:
     record_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not find record"):
         stored = repository.find(record_id)
     with failing("could not save edited record"):
@@ -316,7 +331,7 @@ def edit(record_id: str) -> None:
 @_draft_options
 def supersede(record_id: str, title: str | None, kind: str | None, body: str | None) -> None:
     old_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not find record to supersede"):
         old = repository.find(old_id).record
     now = Timestamp.now()
@@ -352,7 +367,7 @@ def restore(record_id: str) -> None:
 
 def _change_lifecycle(text: str, *, restore: bool) -> None:
     record_id = record_id_argument(text)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not change record lifecycle"):
         record = repository.restore(record_id) if restore else repository.archive(record_id)
     click.echo(f"{record.id}\t{record.status}")
@@ -368,7 +383,7 @@ def forget(record_id: str, destroy: bool, yes: bool) -> None:
     if not destroy:
         fail("forget requires --destroy for permanent deletion")
     record_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not permanently delete record"):
         record = repository.find(record_id).record
     if not yes:
@@ -393,7 +408,7 @@ def _confirm_deletion(record: Record) -> None:
 @click.argument("record_id", metavar="ID")
 def show(record_id: str) -> None:
     record_id = record_id_argument(record_id)
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not read record"):
         data = repository.find(record_id).data
     sys.stdout.buffer.write(data)
@@ -402,14 +417,17 @@ def show(record_id: str) -> None:
 
 @command("list", help="List memories.")
 @click.option("--all", "include_all", is_flag=True, help="Include inactive records.")
-@click.option("--json", "as_json", is_flag=True, help="Emit a JSON array of records instead of tab-separated lines.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Emit a JSON array of {id, title, kind, scope, status} instead of tab-separated lines.")  # fmt: skip
 def list_records(include_all: bool, as_json: bool) -> None:
     current().machine_mode = as_json
-    repository = Repository(selected_store())
+    repository = selected_repository()
     with failing("could not list records"):
-        records = repository.records(include_inactive=include_all)
+        summaries, invalid = repository.listing()
+    warn_degraded(invalid)
+    records = [record for record in summaries if include_all or record.status == "active"]
     if as_json:
-        click.echo(json.dumps([record.to_json() for record in records], ensure_ascii=False))
+        click.echo(json.dumps([dataclasses.asdict(record) for record in records], ensure_ascii=False))
         return
     for record in records:
         click.echo(f"{record.id}\t{record.status}\t{record.kind}\t{record.scope}\t{one_line(record.title)}")

@@ -47,6 +47,47 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_directory(path.parent)
 
 
+def create_atomic(path: Path, data: bytes) -> bool:
+    """Create `path` with `data` unless it exists (then False, nothing written): the temp file is linked
+    to its name, which fails when the name is taken, so a file made meanwhile by anyone is never replaced."""
+    temp = write_temp(path, data)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        return False
+    finally:
+        temp.unlink(missing_ok=True)
+    fsync_directory(path.parent)
+    return True
+
+
+def replace_atomic_if(path: Path, expected: bytes | None, data: bytes) -> bool:
+    """`write_atomic`, but only while `path` still holds `expected` (None: the file must not exist);
+    False (nothing written) otherwise. The check runs after the new bytes are on disk, just before the
+    rename, so an edit made meanwhile by a process that takes no lock is seen, except in the instant
+    between the check and the rename."""
+    if expected is None:
+        return create_atomic(path, data)
+    temp = write_temp(path, data)
+    try:
+        if read_or_none(path) != expected:
+            temp.unlink(missing_ok=True)
+            return False
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+    return True
+
+
+def read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 def remove_durably(path: Path) -> None:
     path.unlink()
     fsync_directory(path.parent)

@@ -70,7 +70,7 @@ class Conflict(RepositoryError):
 
 class MutationBusy(Conflict):
     def __init__(self) -> None:
-        super().__init__("store mutation lock is busy; another sbuf process is changing this store")
+        super().__init__("store mutation lock is busy: the store stayed busy for as long as a write waits; retry it")
 
 
 class StoreIntegrityError(RepositoryError):
@@ -106,3 +106,15 @@ def out_of_space(exc: BaseException) -> bool:
         orig = getattr(current, "orig", None)
         pending += [current.__cause__, current.__context__, orig if isinstance(orig, BaseException) else None]
     return False
+
+
+class UnsafeWrite(RecordError):
+    """An invalid record file may hold an id or title the write must check, so it cannot be checked.
+
+    The message names the file by its store-relative path only (control characters escaped)."""
+
+    def __init__(self, name: str) -> None:
+        shown = name.encode("unicode_escape").decode("ascii")
+        detail = "the file is invalid and may hold an id or title this write must check; repair it first"
+        super().__init__(shown, detail)
+        self.name = shown

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tomli_w
 
-from .atomic import remove_durably, write_atomic
+from .atomic import read_or_none, remove_durably, replace_atomic_if, write_atomic
 from .errors import Conflict, StoreIntegrityError
 from .stores import StorePaths
 
@@ -39,6 +39,8 @@ def commit(paths: StorePaths, change: Supersession) -> None:
     }
     if change.new_before is not None:
         table["new_before"] = list(change.new_before)
+    if read_or_none(change.old_path) != change.old_before or read_or_none(change.new_path) != change.new_before:
+        raise Conflict("record changed while it was being written")
     write_atomic(paths.journal, tomli_w.dumps(table).encode())
     _roll_forward(paths, change)
 
@@ -48,8 +50,8 @@ def recover(paths: StorePaths) -> bool:
     if not paths.journal.exists():
         return False
     change = _load(paths)
-    old_now = _read_or_none(change.old_path)
-    new_now = _read_or_none(change.new_path)
+    old_now = read_or_none(change.old_path)
+    new_now = read_or_none(change.new_path)
     if old_now not in (change.old_before, change.old_after) or new_now not in (change.new_before, change.new_after):
         raise Conflict("supersession recovery conflicts with an authored change")
     _roll_forward(paths, change)
@@ -57,10 +59,12 @@ def recover(paths: StorePaths) -> bool:
 
 
 def _roll_forward(paths: StorePaths, change: Supersession) -> None:
-    if _read_or_none(change.old_path) != change.old_after:
-        write_atomic(change.old_path, change.old_after)
-    if _read_or_none(change.new_path) != change.new_after:
-        write_atomic(change.new_path, change.new_after)
+    """Write whichever side is not in its "after" state yet, each only over its "before" bytes: a file
+    edited meanwhile keeps the edit and the journal stays for the next recovery to report."""
+    for path, before, after in ((change.old_path, change.old_before, change.old_after),
+                                (change.new_path, change.new_before, change.new_after)):  # fmt: skip
+        if read_or_none(path) != after and not replace_atomic_if(path, before, after):
+            raise Conflict("supersession recovery conflicts with an authored change")
     remove_durably(paths.journal)
 
 
@@ -92,10 +96,3 @@ def _resolve(paths: StorePaths, text: str) -> Path:
     if not resolved.is_relative_to(paths.records.resolve()) or resolved.suffix != ".md":
         raise ValueError("journal path outside the records directory")
     return path
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None

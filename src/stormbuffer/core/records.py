@@ -90,6 +90,17 @@ class Record:
         }
 
 
+@dataclass(frozen=True)
+class RecordSummary:
+    """What a listing shows of a record."""
+
+    id: str
+    title: str
+    kind: str
+    scope: str
+    status: str
+
+
 def can_transition(current: str, target: str) -> bool:
     return current == target or target in TRANSITIONS[current]
 

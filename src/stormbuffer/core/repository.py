@@ -1,35 +1,49 @@
 """The repository: every change to canonical records goes through here.
 
-Each mutation takes the store's non-blocking mutation lock (busy → MutationBusy at once), rolls
-an interrupted supersession or import forward, scans and validates every record file, then writes with
-temp file + fsync + rename. Reads take no lock.
+Each mutation takes the store's mutation lock (waiting up to a bound; still busy → MutationBusy),
+rolls an interrupted supersession or import forward and then checks only what it touches: the
+projection, brought up to date by its stat-based check, names the files of the ids involved and of
+the records that could be duplicates or overlaps (same scope, kind and normalized title); those
+files are read and parsed. Writes go through a temp file + fsync + rename, and only over the bytes
+the check read (compare-and-swap), so an edit made meanwhile by someone who takes no lock survives
+and the write fails with Conflict. The write then projects what it changed. When the projection
+cannot be used, every record file is parsed instead, as before there was one. Reads take no lock.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from . import journal, staging
-from .atomic import remove_durably, write_atomic
+from .atomic import read_or_none, remove_durably, replace_atomic_if
 from .codec import parse_markdown, render_markdown
 from .errors import (
     AccessDenied,
     Conflict,
+    IndexBusy,
+    IndexUnavailable,
     InvalidState,
     MutationBusy,
     NotFound,
     RecordError,
     ScopeDenied,
+    StoreError,
     StoreIntegrityError,
+    UnsafeWrite,
 )
-from .locks import LockBusy, exclusive_lock
-from .records import Record, normalize, validate, validate_provenance
+from .locks import DEFAULT_LOCK_WAIT_S, LockBusy, exclusive_lock
+from .records import Record, RecordSummary, normalize, validate, validate_provenance
 from .stores import StorePaths, record_scope
 from .timestamps import Timestamp, later_of
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass(frozen=True)
@@ -71,9 +85,59 @@ def must_be(stored: Record, status: str) -> None:
         raise InvalidState(f"record {stored.id} is {stored.status}, not {article}{status}")
 
 
+MATCHING = ("candidate", "active")  # the statuses a proposal can duplicate or overlap
+SNIFF_BYTES = 1 << 20  # how much of an invalid file is looked at for the ids and titles it may hold
+_TITLE_LINE = re.compile(r"^\s*title\s*=\s*(.*?)\s*$", re.MULTILINE)
+
+
+class Catalog(Protocol):
+    """What a mutation looks up: `index.catalog` answers from the projection, `_Scanned` from every file."""
+
+    invalid_files: list[tuple[str, str]]  # (store-relative path, reason)
+
+    def path_of(self, record_id: str) -> Path | None: ...
+
+    def title_matches(self, scope: str, kind: str, title: str) -> list[Path]: ...
+
+    def summaries(self) -> list[RecordSummary]: ...
+
+    def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Scanned:
+    """A catalog made by parsing every record file, for when the projection cannot be used."""
+
+    def __init__(self, stored: list[StoredRecord]) -> None:
+        self.invalid_files: list[tuple[str, str]] = []
+        self._stored = stored
+        self._by_id = {item.record.id: item.path for item in stored}
+
+    def path_of(self, record_id: str) -> Path | None:
+        return self._by_id.get(record_id)
+
+    def title_matches(self, scope: str, kind: str, title: str) -> list[Path]:
+        key = normalize(title)
+        return [item.path for item in self._stored
+                if item.record.status in MATCHING and (item.record.scope, item.record.kind) == (scope, kind)
+                and normalize(item.record.title) == key]  # fmt: skip
+
+    def summaries(self) -> list[RecordSummary]:
+        items = sorted(self._stored, key=lambda item: item.record.id)
+        return [RecordSummary(r.id, r.title, r.kind, r.scope, r.status) for r in (item.record for item in items)]
+
+    def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Repository:
-    def __init__(self, paths: StorePaths) -> None:
+    def __init__(self, paths: StorePaths, *, lock_wait: float = DEFAULT_LOCK_WAIT_S) -> None:
         self.paths = paths
+        self.lock_wait = lock_wait  # seconds a mutation waits for a busy store before MutationBusy
 
     @cached_property
     def scope(self) -> str:
@@ -110,7 +174,7 @@ class Repository:
         return stored
 
     def find(self, record_id: str) -> StoredRecord:
-        """One record by id, any status. Uses `records/<id>.md` when present, else a full scan."""
+        """One record by id, any status: `records/<id>.md` when it holds it, else the file the projection names."""
         scope = self.scope
         self._recover_if_idle()
         direct = self.paths.records / f"{record_id}.md"
@@ -120,10 +184,11 @@ class Repository:
                 if item.record.scope != scope:
                     raise ScopeDenied(record_id)
                 return item
-        for item in self.scan():
-            if item.record.id == record_id:
-                return item
-        raise NotFound(record_id)
+        catalog = self._catalog(wait=0.0)
+        try:
+            return _Mutation(self, catalog).get(record_id, guarded=False)
+        finally:
+            catalog.close()
 
     def find_allowed(self, record_id: str, scopes: list[str], access: list[str]) -> StoredRecord:
         item = self.find(record_id)
@@ -132,6 +197,17 @@ class Repository:
         if item.record.access not in access:
             raise AccessDenied(record_id)
         return item
+
+    def listing(self) -> tuple[list[RecordSummary], list[tuple[str, str]]]:
+        """Every valid record's summary, by id, and the invalid record files (store-relative path,
+        reason): read from the projection after its stat-based check, not from every file."""
+        _ = self.scope
+        self._recover_if_idle()
+        catalog = self._catalog(wait=0.0)
+        try:
+            return catalog.summaries(), catalog.invalid_files
+        finally:
+            catalog.close()
 
     def records(self, include_inactive: bool = False) -> list[Record]:
         records = [item.record for item in self.scan()]
@@ -152,6 +228,15 @@ class Repository:
             except LockBusy:
                 pass
 
+    def _catalog(self, wait: float) -> Catalog:
+        """The projection as the catalog of a check, or every file parsed when it cannot be used."""
+        from ..index.catalog import open_catalog
+
+        try:
+            return open_catalog(self.paths, self.scope, wait)
+        except (IndexBusy, IndexUnavailable, StoreError):
+            return _Scanned(self.scan_read_only())
+
     # ---- writing -------------------------------------------------------------------------
 
     @contextmanager
@@ -159,25 +244,26 @@ class Repository:
         """Hold the mutation lock, interrupted writes recovered, for a change made outside this class."""
         _ = self.scope  # raises NotInitialized before any file is created
         try:
-            with exclusive_lock(self.paths.mutation_lock):
+            with exclusive_lock(self.paths.mutation_lock, wait=self.lock_wait):
                 recover_interrupted(self.paths)
                 yield
         except LockBusy:
             raise MutationBusy() from None
 
     @contextmanager
-    def _mutation(self) -> Iterator[list[StoredRecord]]:
-        with self.locked():
-            yield self.scan()
+    def _mutation(self) -> Iterator[_Mutation]:
+        from ..index.catalog import ready_to_write
 
-    def _write_new(self, record: Record, existing: list[StoredRecord]) -> Path:
-        if any(item.record.id == record.id for item in existing):
-            raise StoreIntegrityError(f"record {record.id} already exists")
-        path = self.paths.records / f"{record.id}.md"
-        if path.exists():
-            raise StoreIntegrityError("record destination already exists")
-        write_atomic(path, render_markdown(record).encode())
-        return path
+        ready_to_write(self.paths)
+        with self.locked():
+            catalog = self._catalog(wait=self.lock_wait)
+            mutation = _Mutation(self, catalog)
+            try:
+                yield mutation
+            finally:
+                if mutation.changes:
+                    catalog.written(mutation.changes)
+                catalog.close()
 
     def _check_scope(self, record: Record) -> None:
         if record.scope != self.scope:
@@ -189,8 +275,9 @@ class Repository:
         self._check_scope(record)
         if record.status != "active":
             raise InvalidState("new records must have active status")
-        with self._mutation() as existing:
-            self._write_new(record, existing)
+        with self._mutation() as store:
+            store.guard(ids=[record.id])
+            store.create(record)
         return record
 
     def propose(self, record: Record, actor: str) -> ProposalResult:
@@ -201,10 +288,10 @@ class Repository:
         except RecordError as exc:
             return ProposalResult("invalid", record.id, None, None, str(exc))
         self._check_scope(record)
-        with self._mutation() as existing:
-            match = find_match(existing, record, exclude={record.id})
-            if any(item.record.id == record.id for item in existing):
-                raise StoreIntegrityError(f"record {record.id} already exists")
+        with self._mutation() as store:
+            store.guard(ids=[record.id], titles=[record.title])
+            match = store.match(record, exclude={record.id})
+            store.unused(record.id)
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
@@ -212,7 +299,7 @@ class Repository:
                 )
             status = "active" if actor == "human" and not match else "candidate"
             record = record.replace(status=status, updated_at=later_of(Timestamp.now(), record.created_at))
-            self._write_new(record, existing)
+            store.create(record)
         if match:
             return ProposalResult(
                 "possible_overlap",
@@ -233,8 +320,8 @@ class Repository:
         except RecordError as exc:
             return ProposalResult("invalid", replacement.id, None, None, str(exc))
         self._check_scope(replacement)
-        with self._mutation() as existing:
-            old = _by_id(existing, old_id)
+        with self._mutation() as store:
+            old = store.get(old_id)
             must_be(old.record, "active")
             if replacement.id == old_id:
                 raise StoreIntegrityError("record id cannot change during an update")
@@ -245,13 +332,15 @@ class Repository:
                 status="candidate",
                 updated_at=later_of(Timestamp.now(), replacement.created_at),
             )
-            match = find_match(existing, replacement, exclude={old_id, replacement.id})
+            store.guard(ids=[replacement.id], titles=[replacement.title])
+            match = store.match(replacement, exclude={old_id, replacement.id})
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
                     "duplicate_of", replacement.id, other.id, other.status, "update matches another memory"
                 )
-            self._write_new(replacement, existing)
+            store.unused(replacement.id)
+            store.create(replacement)
         if match:
             return ProposalResult(
                 "possible_overlap",
@@ -265,13 +354,14 @@ class Repository:
         )
 
     def approve(self, record_id: str) -> ProposalResult:
-        with self._mutation() as existing:
-            candidate = _by_id(existing, record_id)
+        with self._mutation() as store:
+            candidate = store.get(record_id)
             must_be(candidate.record, "candidate")
             validate_provenance(candidate.record, candidate.path.name)
             self._check_scope(candidate.record)
             exclude = {record_id, *candidate.record.supersedes}
-            match = find_match(existing, candidate.record, exclude=exclude)
+            store.guard(titles=[candidate.record.title])
+            match = store.match(candidate.record, exclude=exclude)
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
@@ -280,13 +370,13 @@ class Repository:
             now = Timestamp.now()
             activated = candidate.record.replace(status="active", updated_at=later_of(now, candidate.record.created_at))
             if len(candidate.record.supersedes) == 1:
-                old = _by_id(existing, candidate.record.supersedes[0])
+                old = store.get(candidate.record.supersedes[0])
                 must_be(old.record, "active")
                 if old.record.scope != candidate.record.scope:
                     raise ScopeDenied(old.record.id)
-                self._commit_supersession(old, activated, candidate.path, candidate.data, now)
+                store.supersede(old, activated, candidate.path, candidate.data, now)
                 return ProposalResult("accepted", record_id, old.record.id, "active", "replacement candidate approved")
-            write_atomic(candidate.path, render_markdown(activated).encode())
+            store.replace(candidate, activated)
         return ProposalResult("accepted", record_id, None, "active", "candidate approved")
 
     def reject(self, record_id: str) -> ProposalResult:
@@ -307,15 +397,15 @@ class Repository:
         scopes: list[str] | None = None,
         access: list[str] | None = None,
     ) -> Record:
-        with self._mutation() as existing:
-            item = _by_id(existing, record_id)
+        with self._mutation() as store:
+            item = store.get(record_id)
             if scopes is not None and item.record.scope not in scopes:
                 raise ScopeDenied(record_id)
             if access is not None and item.record.access not in access:
                 raise AccessDenied(record_id)
             must_be(item.record, required)
             changed = item.record.replace(status=target, updated_at=later_of(Timestamp.now(), item.record.created_at))
-            write_atomic(item.path, render_markdown(changed).encode())
+            store.replace(item, changed)
         return changed
 
     def supersede(self, old_id: str, replacement: Record) -> Record:
@@ -323,8 +413,8 @@ class Repository:
         validate(replacement)
         validate_provenance(replacement)
         self._check_scope(replacement)
-        with self._mutation() as existing:
-            old = _by_id(existing, old_id)
+        with self._mutation() as store:
+            old = store.get(old_id)
             must_be(old.record, "active")
             if replacement.id == old_id:
                 raise StoreIntegrityError("record id cannot change during an update")
@@ -332,33 +422,14 @@ class Repository:
                 raise ScopeDenied(replacement.id)
             if old_id not in replacement.supersedes:
                 raise InvalidState(f"replacement {replacement.id} does not supersede {old_id}")
-            if any(item.record.id == replacement.id for item in existing):
-                raise StoreIntegrityError(f"record {replacement.id} already exists")
+            store.guard(ids=[replacement.id])
+            store.unused(replacement.id)
             if replacement.status != "active":
                 raise InvalidState(f"record {replacement.id} must stay active; it cannot be made {replacement.status}")
-            new_path = self.paths.records / f"{replacement.id}.md"
-            if new_path.exists():
-                raise StoreIntegrityError("record destination already exists")
             now = Timestamp.now()
             replacement = replacement.replace(updated_at=later_of(now, replacement.created_at))
-            self._commit_supersession(old, replacement, new_path, None, now)
+            store.supersede(old, replacement, self.paths.records / f"{replacement.id}.md", None, now)
         return replacement
-
-    def _commit_supersession(
-        self, old: StoredRecord, new: Record, new_path: Path, new_before: bytes | None, now: Timestamp
-    ) -> None:
-        old_after = old.record.replace(status="superseded", updated_at=later_of(now, old.record.created_at))
-        journal.commit(
-            self.paths,
-            journal.Supersession(
-                old_path=old.path,
-                old_before=old.data,
-                old_after=render_markdown(old_after).encode(),
-                new_path=new_path,
-                new_before=new_before,
-                new_after=render_markdown(new).encode(),
-            ),
-        )
 
     def replace_if_unchanged(self, current: StoredRecord, replacement: Record) -> Record:
         """Write an edit only if the file still has the bytes the editor started from."""
@@ -366,33 +437,138 @@ class Repository:
         if replacement.id != current.record.id:
             raise StoreIntegrityError("record id cannot change during an update")
         self._check_scope(replacement)
-        with self._mutation() as existing:
-            on_disk = _by_id(existing, current.record.id)
+        with self._mutation() as store:
+            on_disk = store.get(current.record.id)
             if on_disk.path != current.path or on_disk.data != current.data:
                 raise Conflict("record changed while it was being edited")
             must_be(on_disk.record, "active")
             if replacement.status != "active":
                 raise InvalidState(f"record {replacement.id} must stay active; it cannot be made {replacement.status}")
-            write_atomic(current.path, render_markdown(replacement).encode())
+            store.replace(on_disk, replacement)
         return replacement
 
     def forget(self, record_id: str) -> None:
         """Permanently delete a record file (callers confirm first)."""
-        with self._mutation() as existing:
-            remove_durably(_by_id(existing, record_id).path)
+        with self._mutation() as store:
+            store.remove(store.get(record_id))
+
+
+class _Mutation:
+    """One mutation's view of the store: lookups through the catalog, files read when touched, and
+    writes only over the bytes that were read. `changes` lists what was written, for the catalog."""
+
+    def __init__(self, repository: Repository, catalog: Catalog) -> None:
+        self.paths = repository.paths
+        self.scope = repository.scope
+        self.catalog = catalog
+        self.changes: list[tuple[Path, Record | None, bytes | None]] = []
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
+        """The record `record_id` as its file holds it now. NotFound, ScopeDenied for a file of another
+        scope, and (`guarded`) UnsafeWrite when it is missing and an invalid file may hold it."""
+        for path in (self.paths.records / f"{record_id}.md", self.catalog.path_of(record_id)):
+            item = self._read(path) if path is not None else None
+            if item is not None and item.record.id == record_id:
+                if item.record.scope != self.scope:
+                    raise ScopeDenied(record_id)
+                return item
+        if guarded:
+            self.guard(ids=[record_id])
+        raise NotFound(record_id)
+
+    def unused(self, record_id: str) -> None:
+        """StoreIntegrityError unless `record_id` is free."""
+        if self.catalog.path_of(record_id) is not None:
+            raise StoreIntegrityError(f"record {record_id} already exists")
+        if (self.paths.records / f"{record_id}.md").exists():
+            raise StoreIntegrityError("record destination already exists")
+
+    def match(self, record: Record, exclude: set[str]) -> tuple[str, Record] | None:
+        """The first candidate/active record (by path) with the same scope, kind and normalized title:
+        a duplicate when the normalized bodies are equal too, else an overlap. Ids in `exclude` are skipped."""
+        title, body = normalize(record.title), normalize(record.body)
+        for path in self.catalog.title_matches(record.scope, record.kind, record.title):
+            item = self._read(path)
+            other = item.record if item is not None else None
+            if other is None or other.id in exclude or other.status not in MATCHING:
+                continue
+            if (other.scope, other.kind, normalize(other.title)) == (record.scope, record.kind, title):
+                return ("duplicate" if normalize(other.body) == body else "overlap", other)
+        return None
+
+    def guard(self, ids: Sequence[str] = (), titles: Sequence[str] = ()) -> None:
+        """UnsafeWrite naming the first invalid record file that may hold one of these ids (named in
+        its file name or text) or titles (on a `title =` line, or no such line can be read at all)."""
+        wanted_ids = [record_id.lower() for record_id in ids]
+        wanted_titles = {normalize(title) for title in titles}
+        for name, _reason in self.catalog.invalid_files:
+            try:
+                with open(self.paths.root / name, "rb") as handle:
+                    text = handle.read(SNIFF_BYTES).decode("utf-8", "replace")
+            except OSError:
+                text = ""
+            haystack = f"{name}\n{text}".lower()
+            if any(record_id in haystack for record_id in wanted_ids):
+                raise UnsafeWrite(name)
+            if wanted_titles:
+                found = {normalize(value.strip("\"'")) for value in _TITLE_LINE.findall(text)}
+                if not found or found & wanted_titles:
+                    raise UnsafeWrite(name)
+
+    def _read(self, path: Path) -> StoredRecord | None:
+        """The record in `path` now (None when there is no such file); an invalid file is UnsafeWrite."""
+        data = read_or_none(path) if path.is_file() and not path.is_symlink() else None
+        if data is None:
+            return None
+        try:
+            return StoredRecord(parse_markdown(data, path.name), path, data)
+        except RecordError:
+            raise UnsafeWrite(path.relative_to(self.paths.root).as_posix()) from None
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def create(self, record: Record) -> None:
+        path = self.paths.records / f"{record.id}.md"
+        data = render_markdown(record).encode()
+        if not replace_atomic_if(path, None, data):
+            raise StoreIntegrityError("record destination already exists")
+        self.changes.append((path, record, data))
+
+    def replace(self, item: StoredRecord, record: Record) -> None:
+        data = render_markdown(record).encode()
+        if not replace_atomic_if(item.path, item.data, data):
+            raise Conflict("record changed while it was being written")
+        self.changes.append((item.path, record, data))
+
+    def remove(self, item: StoredRecord) -> None:
+        if read_or_none(item.path) != item.data:
+            raise Conflict("record changed while it was being written")
+        remove_durably(item.path)
+        self.changes.append((item.path, None, None))
+
+    def supersede(
+        self, old: StoredRecord, new: Record, new_path: Path, new_before: bytes | None, now: Timestamp
+    ) -> None:
+        """The journaled two-file change: `old` superseded, `new` written to `new_path` over `new_before`."""
+        old_after = old.record.replace(status="superseded", updated_at=later_of(now, old.record.created_at))
+        change = journal.Supersession(
+            old_path=old.path,
+            old_before=old.data,
+            old_after=render_markdown(old_after).encode(),
+            new_path=new_path,
+            new_before=new_before,
+            new_after=render_markdown(new).encode(),
+        )
+        journal.commit(self.paths, change)
+        self.changes += [(old.path, old_after, change.old_after), (new_path, new, change.new_after)]
 
 
 def recover_interrupted(paths: StorePaths) -> None:
     """Roll an interrupted supersession or import forward. The caller holds the mutation lock."""
     journal.recover(paths)
     staging.recover(paths)
-
-
-def _by_id(existing: list[StoredRecord], record_id: str) -> StoredRecord:
-    for item in existing:
-        if item.record.id == record_id:
-            return item
-    raise NotFound(record_id)
 
 
 def find_match(existing: list[StoredRecord], record: Record, exclude: set[str]) -> tuple[str, Record] | None:
@@ -403,7 +579,7 @@ def find_match(existing: list[StoredRecord], record: Record, exclude: set[str]) 
     title, body = normalize(record.title), normalize(record.body)
     for item in existing:
         other = item.record
-        if other.id in exclude or other.status not in ("candidate", "active"):
+        if other.id in exclude or other.status not in MATCHING:
             continue
         if other.scope == record.scope and other.kind == record.kind and normalize(other.title) == title:
             return ("duplicate" if normalize(other.body) == body else "overlap", other)

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     import onnxruntime
 
 BATCH_SIZE = 32
+# A batch's attention holds batch × width² scores per head: long texts go in smaller batches, so the
+# memory one model call needs stays the same whatever the store holds (16 texts of 512 tokens).
+ATTENTION_BUDGET = 16 * 512 * 512
 POOLED_OUTPUT = "sentence_embedding"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -80,8 +83,7 @@ class Embedder:
         vectors = np.empty((len(ids), self.dimension), dtype=np.float32)
         # Similar lengths share a batch so little compute is spent on padding.
         order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
-        for start in range(0, len(order), BATCH_SIZE):
-            batch = order[start : start + BATCH_SIZE]
+        for batch in _batches(order, [len(sequence) for sequence in ids]):
             vectors[batch] = self._run([ids[index] for index in batch])
         return vectors
 
@@ -102,6 +104,22 @@ class Embedder:
         if result.shape != (len(batch), self.dimension) or not np.isfinite(result).all():
             raise EmbeddingFailed("the embedding model returned malformed vectors")
         return result
+
+
+def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
+    """`order` (indexes by ascending length) cut into batches of at most `BATCH_SIZE` texts whose
+    padded attention (texts × longest² tokens) fits `ATTENTION_BUDGET`."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        width = lengths[index]  # the longest so far: lengths ascend
+        if current and (len(current) == BATCH_SIZE or (len(current) + 1) * width * width > ATTENTION_BUDGET):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
 
 
 def mean_pool_l2(states: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from ..core.stores import StorePaths, fallback_index_dir
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
 
-PROJECTION_VERSION = 5
+PROJECTION_VERSION = 6
 PROTOCOL_INDEX_VERSION = 6
 PROJECTION_FORMAT = "stormbuffer-projection"
 UNAVAILABLE_MESSAGE = (
@@ -73,6 +73,7 @@ def _define() -> Tables:
         Column("scope", Text, nullable=False),
         Column("path", Text, nullable=False, unique=True),  # store-relative, e.g. records/<id>.md
         Column("title", Text, nullable=False),
+        Column("title_key", Text, nullable=False),  # normalized title: what duplicate and overlap checks match
         Column("kind", Text, nullable=False),
         Column("status", Text, nullable=False),
         Column("access", Text, nullable=False),
@@ -85,6 +86,7 @@ def _define() -> Tables:
         Column("size", Integer, nullable=False),
         Column("mtime_ns", Integer, nullable=False),
         Column("inode", Integer, nullable=False),
+        Index("records_title_key", "title_key", "kind", "scope"),
     )  # fmt: skip
     chunks = Table(
         "chunks", metadata,
@@ -160,6 +162,7 @@ LAST_SYNC = "last_sync"  # RFC 3339 UTC with milliseconds
 SYNC_STARTED_NS = "sync_started_ns"  # wall clock when the last sync looked at the files
 FILES = "files"  # digest of every record file's path and metadata as the last sync stored them
 CHUNKER = "chunker"  # which token counter cut the chunks
+VERIFY = "verify"  # JSON path → sha256 of files a write stored with a stat taken too soon to trust alone
 VECTOR_GENERATION = "vector_generation"  # generation the vector matrix files describe
 VECTOR_MODEL = "vector_model"  # JSON: model_id, model_version, model_checksum, dimension
 VECTOR_FILES = "vector_files"  # JSON: matrix token and scope names of the current matrix files

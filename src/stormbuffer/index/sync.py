@@ -32,7 +32,7 @@ from ..core.atomic import fsync_directory
 from ..core.codec import parse_markdown
 from ..core.errors import IndexBusy, IndexUnavailable, RecordError, StoreError
 from ..core.locks import LockBusy, exclusive_lock
-from ..core.records import Record
+from ..core.records import Record, normalize
 from ..core.stores import StorePaths, record_scope
 from . import postings
 from . import projection as pj
@@ -138,9 +138,10 @@ def _scan_directory(directory: int, prefix: str, found: dict[str, Stat]) -> None
 
 
 @contextmanager
-def projection_lock(paths: StorePaths) -> Iterator[None]:
+def projection_lock(paths: StorePaths, *, wait: float = 0.0) -> Iterator[None]:
+    """Hold the store's projection lock, waiting up to `wait` seconds for it (busy → IndexBusy)."""
     try:
-        with exclusive_lock(paths.projection_lock):
+        with exclusive_lock(paths.projection_lock, wait=wait):
             yield
     except LockBusy:
         raise IndexBusy() from None
@@ -158,17 +159,30 @@ def sync_store(paths: StorePaths, embedder: Embedder | None = None, *, progress:
     """
     scope = record_scope(paths)
     with projection_lock(paths):
-        files = scan_files(paths)
-        current = _current_report(paths.index_path, files, embedder)
-        if current is not None:
-            return current
-        engine, rebuilt = _open_for_writing(paths.index_path)
-        try:
-            report = _Sync(engine, paths, scope, embedder, progress).run(files)
-            report.rebuilt = rebuilt
-            return report
-        finally:
-            engine.dispose()
+        return sync_scanned(paths, scope, scan_files(paths), embedder, progress=progress)
+
+
+def sync_scanned(
+    paths: StorePaths,
+    scope: str,
+    files: dict[str, Stat],
+    embedder: Embedder | None,
+    *,
+    progress: Progress | None = None,
+    fingerprint: str | None = None,
+) -> SyncReport:
+    """`sync_store` for a caller that holds the projection lock and has just scanned the files (and
+    perhaps computed their `files_fingerprint`)."""
+    current = _current_report(paths, files, embedder, fingerprint or files_fingerprint(files))
+    if current is not None:
+        return current
+    engine, rebuilt = _open_for_writing(paths.index_path)
+    try:
+        report = _Sync(engine, paths, scope, embedder, progress).run(files)
+        report.rebuilt = rebuilt
+        return report
+    finally:
+        engine.dispose()
 
 
 def refresh_vectors(paths: StorePaths, embedder: Embedder) -> SyncReport:
@@ -230,21 +244,28 @@ def reindex_store(
 
 
 def files_fingerprint(files: dict[str, Stat]) -> str:
-    """A digest of every record file's path and (size, mtime_ns, inode) in scan order. The values are
-    serialized by `marshal` (fast; its format may change with the Python version, which then costs
-    one full check). The same files listed in another order also only cost a full check."""
-    digest = hashlib.blake2b("\0".join(files).encode("utf-8", "surrogateescape"), digest_size=16)
-    digest.update(marshal.dumps(list(files.values())))
+    """A digest of every record file's path and (size, mtime_ns, inode), by path (so a write can
+    compute the digest after its change from the scan before it, whatever order the directory lists
+    a new file in). The values are serialized by `marshal` (fast; its format may change with the
+    Python version, which then costs one full check) in its version 2, whose bytes do not depend on
+    how many references each value has (later versions mark shared objects)."""
+    names = sorted(files)
+    digest = hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16)
+    digest.update(marshal.dumps([files[name] for name in names], 2))
     return digest.hexdigest()
 
 
-def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder | None) -> SyncReport | None:
+def _current_report(
+    paths: StorePaths, files: dict[str, Stat], embedder: Embedder | None, fingerprint: str
+) -> SyncReport | None:
     """The report of a sync with nothing to do, or None when there may be work (or any doubt).
 
     Nothing to do means: the files have exactly the metadata the last sync stored (one digest
-    compared, not a row per file) and, given an embedder, its vectors are current. Only the
-    driver's connection is used, so a one-shot process reads without importing SQLAlchemy.
+    compared, not a row per file), the files a write stored too recently to trust their metadata
+    still have the content it wrote (`_verified`), and, given an embedder, the vectors are current.
+    Only the driver's connection is used, so a one-shot process reads without importing SQLAlchemy.
     """
+    index_path = paths.index_path
     if not index_path.is_file():
         return None
     try:
@@ -255,14 +276,18 @@ def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder
         conn.execute("BEGIN IMMEDIATE")
         pj.check_version(conn)
         settings = pj.get_settings(conn)
-        if settings.get(pj.FILES) != files_fingerprint(files):
+        started = time.time_ns()
+        if settings.get(pj.FILES) != fingerprint:
+            return None
+        hashed = _verified(conn, paths, files, settings, started)
+        if hashed is None:
             return None
         if embedder is not None and not (
             settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and current_layout(settings, index_path)
         ):
             return None
-        report = SyncReport(skipped=_record_count(conn), invalid_files=_invalid_files(conn))
-        pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(time.time_ns())})
+        report = SyncReport(skipped=_record_count(conn), invalid_files=_invalid_files(conn), hashed=hashed)
+        pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
         conn.execute("COMMIT")
         return report
     except (sqlite3.Error, pj.ProjectionUnusable):
@@ -271,11 +296,43 @@ def _current_report(index_path: Path, files: dict[str, Stat], embedder: Embedder
         conn.close()  # without COMMIT, the transaction is rolled back
 
 
+def _verified(
+    conn: sqlite3.Connection, paths: StorePaths, files: dict[str, Stat], settings: dict[str, str], started: int
+) -> int | None:
+    """How many files were hashed to see that every file stored with a too recent stat (`pj.VERIFY`)
+    still has the content it had (a same-size edit within the file system's timestamp granularity
+    keeps the stat); None when one changed. Files whose stat is now old enough to trust are dropped
+    from the list."""
+    pending: dict[str, str] = json.loads(settings.get(pj.VERIFY) or "{}")
+    if not pending:
+        return 0
+    for path, sha256 in pending.items():
+        try:
+            data = (paths.root / path).read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest() != sha256:
+            return None
+    settled = started - RACY_WINDOW_NS
+    still = {path: sha for path, sha in pending.items() if path in files and files[path][1] >= settled}
+    pj.set_settings(conn, {pj.VERIFY: json.dumps(still)})
+    return len(pending)
+
+
 def _stored_stats(conn: sqlite3.Connection) -> dict[str, Stat]:
     """Path → (size, mtime_ns, inode) of every file the projection knows, valid or not."""
     rows = conn.execute("SELECT path, size, mtime_ns, inode FROM records "
                         "UNION ALL SELECT path, size, mtime_ns, inode FROM invalid_files")  # fmt: skip
     return {path: (size, mtime_ns, inode) for path, size, mtime_ns, inode in rows}
+
+
+def _distrust_recent_writes(conn: sqlite3.Connection) -> None:
+    """Smudge the stored size of the files a write listed for verification, so that this sync hashes
+    them; the list is then empty."""
+    pending = json.loads(pj.get_setting(conn, pj.VERIFY) or "{}")
+    if pending:
+        conn.executemany("UPDATE records SET size = ? WHERE path = ?", [(SMUDGED, path) for path in pending])
+        pj.set_settings(conn, {pj.VERIFY: "{}"})
 
 
 def _record_count(conn: sqlite3.Connection) -> int:
@@ -392,6 +449,7 @@ class _Sync:
         started = time.time_ns()
         with self.engine.begin() as conn:
             raw = pj.driver_connection(conn)
+            _distrust_recent_writes(raw)
             if not self._unchanged(raw, files, started):
                 self._apply(conn, self._plan(conn, files), started)
             fingerprint = files_fingerprint(files) if _stored_stats(raw) == files else None
@@ -470,7 +528,7 @@ class _Sync:
         self.report.hashed += 1
         digest = hashlib.sha256(data).hexdigest()
         if row is not None and row[5] == digest:
-            return _Planned(stat, record_id=row[1], restat=True)
+            return _Planned(stat, record_id=row[1], sha256=digest, restat=True)
         try:
             record = parse_markdown(data, _name(stat.path))
         except RecordError as exc:
@@ -502,9 +560,9 @@ class _Sync:
         for item in valid:
             if item.restat:
                 conn.execute(update(t.records).where(t.records.c.id == item.record_id)
-                             .values(_stat_values(item.stat, racy_after)))  # fmt: skip
+                             .values(_stat_dict(item.stat)))  # fmt: skip
         for batch in _batches(reprojected):
-            self._project(conn, batch, racy_after)
+            self._project(conn, batch)
             self.report.indexed += len(batch)
             self.progress("indexing", self.report.indexed, len(reprojected), self.report)
         conn.execute(delete(t.invalid_files))
@@ -523,54 +581,22 @@ class _Sync:
         postings.apply_changes(pj.driver_connection(conn))
         if gone or reprojected:
             settings[pj.GENERATION] = str(int(pj.get_setting(pj.driver_connection(conn), pj.GENERATION) or 0) + 1)
+        # A valid file stored with a stat too recent to trust is hashed by the next check (`_verified`).
+        settings[pj.VERIFY] = json.dumps({item.stat.path: item.sha256 for item in valid
+                                          if item.stat.mtime_ns >= racy_after and item.sha256 is not None})  # fmt: skip
         pj.set_settings(pj.driver_connection(conn), settings)
 
-    def _project(self, conn: Connection, batch: list[_Planned], racy_after: int) -> None:
+    def _project(self, conn: Connection, batch: list[_Planned]) -> None:
         """Replace the rows of these records (by id and by path) and chunk their bodies."""
-        from sqlalchemy import delete, or_
-
-        t = pj.tables()
-        ids = [item.record_id for item in batch]
-        paths = [item.stat.path for item in batch]
-        conn.execute(delete(t.records).where(or_(t.records.c.id.in_(ids), t.records.c.path.in_(paths))))
-        count = self._token_counter()
-        record_rows, chunk_rows = [], []
+        projected = []
         for item in batch:
-            record = item.record
-            assert record is not None
-            record_rows.append({
-                "id": record.id, "scope": record.scope, "path": item.stat.path, "title": record.title,
-                "kind": record.kind, "status": record.status, "access": record.access,
-                "created_at": record.created_at.render(), "updated_at": record.updated_at.render(),
-                "tags": _json(list(record.tags)), "aliases": _json(list(record.aliases)),
-                "sources": _json([source.to_json() for source in record.sources]),
-                "content_sha256": item.sha256, **_stat_values(item.stat, racy_after),
-            })  # fmt: skip
-            prefix = retrieval_prefix(record, _name(item.stat.path))
-            for chunk in chunk_body(record.title, record.body, count_tokens=count):
-                chunk_rows.append({
-                    "record_id": record.id, "ordinal": chunk.ordinal, "heading": chunk.heading, "text": chunk.text,
-                    "embed_text": chunk.embed_text, "retrieval_text": prefix(chunk.heading) + chunk.text,
-                    "token_count": count(chunk.embed_text), "word_count": chunk.word_count,
-                    "embed_hash": hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
-                })  # fmt: skip
-        conn.execute(t.records.insert(), record_rows)
-        if chunk_rows:
-            conn.execute(t.chunks.insert(), chunk_rows)
-        self.report.chunks += len(chunk_rows)
+            assert item.record is not None and item.sha256 is not None
+            projected.append((item.stat.path, item.record, item.sha256, _stat_dict(item.stat)))
+        self.report.chunks += project_records(pj.driver_connection(conn), projected, self._token_counter())
 
     def _token_counter(self) -> Callable[[str], int]:
-        """The model's tokenizer (from the embedder, else loaded once), or the conservative estimate."""
         if self._count_tokens is None:
-            if self.embedder is not None:
-                self._count_tokens = self.embedder.token_count
-            else:
-                from ..embedding import EmbedderInitError, ModelUnavailable
-
-                try:
-                    self._count_tokens = _tokenizer(self.paths.cache_dir).token_count
-                except (ModelUnavailable, EmbedderInitError):
-                    self._count_tokens = approximate_token_count
+            self._count_tokens = token_counter(self.paths, self.embedder)
         return self._count_tokens
 
     # -- vectors ---------------------------------------------------------------------------
@@ -763,6 +789,55 @@ def _appended_rows(previous: vector_files.Matrix, rows: np.ndarray, newer: int) 
     return appended
 
 
+def token_counter(paths: StorePaths, embedder: Embedder | None = None) -> Callable[[str], int]:
+    """The model's tokenizer (from the embedder, else loaded once), or the conservative estimate."""
+    if embedder is not None:
+        return embedder.token_count
+    from ..embedding import EmbedderInitError, ModelUnavailable
+
+    try:
+        return _tokenizer(paths.cache_dir).token_count
+    except (ModelUnavailable, EmbedderInitError):
+        return approximate_token_count
+
+
+def project_records(
+    conn: sqlite3.Connection, records: list[tuple[str, Record, str, dict[str, int]]], count: Callable[[str], int]
+) -> int:
+    """Replace the rows of these records (by id and by path) and chunk their bodies, inside the caller's
+    transaction on the driver's connection (a write projects what it wrote without SQLAlchemy). Each
+    item: store-relative path, record, sha256 of the file, stored stat values. Returns the chunks written."""
+    marks = ", ".join("?" * len(records))
+    conn.execute(f"DELETE FROM records WHERE id IN ({marks}) OR path IN ({marks})",
+                 [record.id for _, record, _, _ in records] + [path for path, _, _, _ in records])  # fmt: skip
+    record_rows, chunk_rows = [], []
+    for path, record, sha256, stat in records:
+        record_rows.append((
+            record.id, record.scope, path, record.title, normalize(record.title), record.kind, record.status,
+            record.access, record.created_at.render(), record.updated_at.render(), _json(list(record.tags)),
+            _json(list(record.aliases)), _json([source.to_json() for source in record.sources]), sha256,
+            stat["size"], stat["mtime_ns"], stat["inode"],
+        ))  # fmt: skip
+        prefix = retrieval_prefix(record, _name(path))
+        for chunk in chunk_body(record.title, record.body, count_tokens=count):
+            chunk_rows.append((
+                record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text,
+                prefix(chunk.heading) + chunk.text, count(chunk.embed_text), chunk.word_count,
+                hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
+            ))  # fmt: skip
+    conn.executemany(
+        "INSERT INTO records(id, scope, path, title, title_key, kind, status, access, created_at, updated_at, tags, "
+        f"aliases, sources, content_sha256, size, mtime_ns, inode) VALUES ({', '.join('?' * 17)})",
+        record_rows,
+    )
+    conn.executemany(
+        "INSERT INTO chunks(record_id, ordinal, heading, text, embed_text, retrieval_text, token_count, word_count, "
+        "embed_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        chunk_rows,
+    )
+    return len(chunk_rows)
+
+
 @functools.lru_cache(maxsize=4)
 def _tokenizer(cache_dir: Path) -> TokenCounter:
     """The model's tokenizer, loaded once per process (failures are not cached)."""
@@ -779,6 +854,10 @@ def retrieval_prefix(record: Record, file_name: str) -> Callable[[str | None], s
 
 def _name(store_relative: str) -> str:
     return store_relative.rsplit("/", 1)[-1]
+
+
+def _stat_dict(stat: FileStat) -> dict[str, int]:
+    return {"size": stat.size, "mtime_ns": stat.mtime_ns, "inode": stat.inode}
 
 
 def _stat_values(stat: FileStat, racy_after: int) -> dict[str, int]:

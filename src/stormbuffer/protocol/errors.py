@@ -14,11 +14,13 @@ from stormbuffer.core.errors import (
     IndexUnavailable,
     InvalidInput,
     InvalidState,
+    MutationBusy,
     NotFound,
     NotInitialized,
     RecordError,
     ScopeDenied,
     StoreIntegrityError,
+    UnsafeWrite,
     out_of_space,
 )
 
@@ -52,6 +54,7 @@ _CORE_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
     (ScopeDenied, "scope_denied", "record is outside the selected scope"),
     (AccessDenied, "access_denied", "record is not available to this access class"),
     (InvalidState, "invalid_state", "record lifecycle state does not permit this operation"),
+    (MutationBusy, "conflict", "the store stayed busy while this write waited; retry it"),
     (Conflict, "conflict", "record changed or is busy; retry after inspection"),
     (StoreIntegrityError, "internal_error", STORE_FAILED),
     (RecordError, "invalid_record", "record validation failed"),
@@ -72,6 +75,8 @@ def from_core(exc: BaseException) -> ProtocolError:
         return exc
     if out_of_space(exc):
         return ProtocolError("internal_error", NO_SPACE)
+    if isinstance(exc, UnsafeWrite):  # names only the store-relative file, escaped
+        return ProtocolError("invalid_record", f"record file {exc.name} is invalid; repair it before this write")
     for cls, code, message in _CORE_ERRORS:
         if isinstance(exc, cls):
             return ProtocolError(code, message)

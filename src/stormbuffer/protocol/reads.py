@@ -2,8 +2,9 @@
 
 Reads compose stores: the selected store, plus the initialized global store in the project view
 when the scope filter includes `global`. Each composed store's projection is brought up to date
-from the Markdown first; an invalid canonical record fails the read, a busy projection does not
-(the read uses the projection as it is and reports `vector_projection_busy`).
+from the Markdown first. An invalid record file does not fail the read: it is left out (never
+served) and the context receipt says the store is degraded, naming the file. A busy projection
+does not fail it either (the read uses the projection as it is and reports `vector_projection_busy`).
 """
 
 from __future__ import annotations
@@ -40,19 +41,22 @@ def composed_stores(session: Session, scopes: list[str]) -> list[StorePaths]:
 
 def prepare(
     session: Session, stores: list[StorePaths], embedder: Embedder | None, *, vectors_only: bool = False
-) -> str | None:
+) -> tuple[str | None, list[dict[str, str]]]:
     """Sync each store (and its vectors, given an embedder) unless the session's freshness registry
-    knows it is current; the semantic fallback reason, if any. `vectors_only`: see `prepare_stores`."""
+    knows it is current: the semantic fallback reason, if any, and the invalid record files found
+    (`{"store", "path"}`, the path inside the store). `vectors_only`: see `prepare_stores`."""
     from stormbuffer.retrieval import prepare_stores
 
     preparation = prepare_stores(stores, embedder, session.freshness, vectors_only=vectors_only)
-    if not preparation.complete:
-        raise ProtocolError("invalid_record", RECORDS_INVALID)
-    return preparation.fallback
+    invalid = [{"store": paths.kind, "path": f"records/{name}"} for paths, name, _reason in preparation.invalid_files]
+    return preparation.fallback, invalid
 
 
-def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embedder | None, str | None]:
-    """The embedder (or None) and the semantic fallback reason, with every store synced, its vectors too.
+def prepare_retrieval(
+    session: Session, stores: list[StorePaths]
+) -> tuple[Embedder | None, str | None, list[dict[str, str]]]:
+    """The embedder (or None), the semantic fallback reason and the invalid record files, with every
+    store synced, its vectors too.
 
     A one-shot process syncs the records first, while its model may still be opening in another
     process, and then refreshes only the vectors of the stores whose vectors are not current for that
@@ -60,15 +64,16 @@ def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embed
     """
     if session.freshness is not None:
         embedder, reason = session.embedder.get()
-        return embedder, prepare(session, stores, embedder) or reason
+        synced, invalid = prepare(session, stores, embedder)
+        return embedder, synced or reason, invalid
     from stormbuffer.index.sync import vectors_current
 
-    synced = prepare(session, stores, None)
+    synced, invalid = prepare(session, stores, None)
     embedder, reason = session.embedder.get()
     stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
     if stale:
-        synced = prepare(session, stale, embedder, vectors_only=True) or synced
-    return embedder, synced or reason
+        synced = prepare(session, stale, embedder, vectors_only=True)[0] or synced
+    return embedder, synced or reason, invalid
 
 
 def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
@@ -77,7 +82,7 @@ def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))
     access = fields.agent_access(request)
     stores = composed_stores(session, scopes)
-    prepare(session, stores, None)
+    prepare(session, stores, None)  # an invalid file elsewhere does not matter; one holding the id fails below
     denial: Exception = NotFound(record_id)
     for store in stores:
         try:
@@ -114,7 +119,7 @@ def search(request: Mapping[str, Any], session: Session) -> list[dict[str, Any]]
     from stormbuffer.retrieval import search as ranked
 
     query, options, stores = _retrieval_inputs(request, session)
-    embedder, reason = prepare_retrieval(session, stores)
+    embedder, reason, _invalid = prepare_retrieval(session, stores)
     hits = ranked(stores, query, options, embedder=embedder, fallback=reason)
     return [hit.to_json() for hit in hits]
 
@@ -126,6 +131,9 @@ def context(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
 
     query, options, stores = _retrieval_inputs(request, session)
     budget = fields.clamped(request, "budget", fields.DEFAULT_BUDGET, fields.MAX_BUDGET)  # clamped, never refused
-    embedder, reason = prepare_retrieval(session, stores)
+    embedder, reason, invalid = prepare_retrieval(session, stores)
     result = compile_context(stores, query, ContextOptions(budget, options), embedder=embedder, fallback=reason)
-    return result.to_json()
+    answer = result.to_json()
+    if invalid:
+        answer["receipt"]["degraded"] = {"invalid_files": invalid}
+    return answer

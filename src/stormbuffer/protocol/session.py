@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from stormbuffer.core.locks import DEFAULT_LOCK_WAIT_S
+from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View
 
 if TYPE_CHECKING:
@@ -26,6 +28,11 @@ class Session:
     dirs: PlatformDirs
     embedder: EmbedderSlot
     freshness: FreshnessRegistry | None = None  # None: every read checks every record file
+    lock_wait: float = DEFAULT_LOCK_WAIT_S  # seconds a write waits for a busy store
+
+    def repository(self) -> Repository:
+        """The selected store's repository, waiting for a busy store as configured."""
+        return Repository(self.selected, lock_wait=self.lock_wait)
 
 
 class NoEmbedder:

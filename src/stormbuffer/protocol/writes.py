@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from stormbuffer.core.ids import new_record_id
-from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import default_scopes
 from stormbuffer.core.timestamps import Timestamp
 
@@ -27,7 +26,7 @@ _NOT_RECORD = {
 def remember(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     """A new agent candidate from a title, kind, body and one source."""
     fields.guard_agent_write(request)
-    repository = Repository(session.selected)
+    repository = session.repository()
     store_scope = repository.scope
     record = fields.record(
         {
@@ -48,7 +47,7 @@ def update(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     fields.guard_agent_write(request)
     target_id = fields.target_id(request)
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))
-    repository = Repository(session.selected)
+    repository = session.repository()
     target = repository.find_allowed(target_id, scopes, [fields.AGENT]).record
     now = Timestamp.now()
     changes = {key: request[key] for key in ("title", "kind", "tags", "aliases", "body") if key in request}
@@ -68,7 +67,7 @@ def update(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
 def propose(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     """A full agent-written record, proposed as a candidate; `access` must be `agent`."""
     fields.guard_proposal(request)
-    repository = Repository(session.selected)
+    repository = session.repository()
     store_scope = repository.scope
     record = fields.record(_record_value(request, "propose", "record"), base=None, default_scope=store_scope)
     if record.access != fields.AGENT:
@@ -82,7 +81,7 @@ def supersede(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     target_id = fields.target_id(request)
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))  # `scope` only
     access = fields.agent_access(request)
-    repository = Repository(session.selected)
+    repository = session.repository()
     target = repository.find_allowed(target_id, scopes, access).record
     value = _record_value(request, "supersede", "replacement")
     replacement = fields.record(value, base=target, default_scope=target.scope)
@@ -102,7 +101,7 @@ def archive(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     target_id = fields.target_id(request)
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))
     access = fields.agent_access(request)
-    archived = Repository(session.selected).archive(target_id, scopes, access)
+    archived = session.repository().archive(target_id, scopes, access)
     return {"id": archived.id, "outcome": "accepted", "status": archived.status}
 
 

@@ -14,17 +14,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from stormbuffer.core.stores import retrieval_stores
-from stormbuffer.protocol.errors import ProtocolError
 from stormbuffer.protocol.fields import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTES
 from stormbuffer.protocol.reads import prepare_retrieval
 
 from . import bodies
 from .context import StoreContext, store_context
-from .errors import ApiError, json_response, validation_error
+from .errors import json_response, validation_error
 
 MODE_HEADER = "Stormbuffer-Retrieval-Mode"
 FALLBACK_HEADER = "Stormbuffer-Semantic-Fallback"
-RECORDS_INVALID = "invalid input: one or more canonical records are invalid"
+DEGRADED_HEADER = "Stormbuffer-Degraded"  # how many invalid record files a search left out
 
 
 async def search_records(request: Request) -> Response:
@@ -37,24 +36,24 @@ async def search_records(request: Request) -> Response:
     limit = min(max(bodies.integer(params, "limit", DEFAULT_LIMIT), 1), MAX_LIMIT)
     include_all = bodies.boolean(params, "all")
     store = store_context(request)
-    hits, mode, fallback = await store.read(_search, store, query, limit, include_all)
+    hits, mode, fallback, invalid = await store.read(_search, store, query, limit, include_all)
     headers = {MODE_HEADER: mode, **({FALLBACK_HEADER: fallback} if fallback else {})}
+    if invalid:
+        headers[DEGRADED_HEADER] = str(invalid)
     return json_response(hits, headers=headers)
 
 
 def _search(
     store: StoreContext, query: str, limit: int, include_all: bool
-) -> tuple[list[dict[str, Any]], str, str | None]:
+) -> tuple[list[dict[str, Any]], str, str | None, int]:
+    """The hits, the mode, the semantic fallback reason and how many invalid record files were left out."""
     from stormbuffer.retrieval import SearchOptions
     from stormbuffer.retrieval.search import effective_options, rank
 
     session = store.session
     stores = retrieval_stores(session.view, session.selected, session.dirs)
-    try:
-        embedder, reason = prepare_retrieval(session, stores)
-    except ProtocolError:  # invalid canonical records
-        raise ApiError(422, "invalid_request", RECORDS_INVALID) from None
+    embedder, reason, invalid = prepare_retrieval(session, stores)
     options = effective_options(stores, SearchOptions(limit=limit, include_inactive=include_all))
     ranking = rank(stores, query, options, embedder=embedder, fallback=reason)
     hits = [hit.to_json() for hit in ranking.hits[: options.bounded_limit]]
-    return hits, ranking.mode, ranking.semantic_fallback
+    return hits, ranking.mode, ranking.semantic_fallback, len(invalid)

@@ -94,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def run(options: Options) -> int:
     """Serve one host over stdio until it closes stdin; returns the exit status."""
     from stormbuffer.core.errors import StormbufferError
+    from stormbuffer.core.locks import lock_wait_from
     from stormbuffer.core.stores import PlatformDirs, resolve_store
     from stormbuffer.index.freshness import FreshnessRegistry
     from stormbuffer.protocol.session import Session
@@ -111,7 +112,8 @@ def run(options: Options) -> int:
     except (StormbufferError, OSError):
         return _start_failed()
     freshness = FreshnessRegistry()  # watchers start once the host is quiet, or with the first read
-    session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir), freshness)
+    session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir), freshness,
+                      lock_wait=lock_wait_from(os.environ))  # fmt: skip
     try:
         opened = serve(session, options.grant)
     except KeyboardInterrupt:
