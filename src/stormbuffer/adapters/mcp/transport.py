@@ -53,14 +53,17 @@ class Outstanding:
 
 
 @asynccontextmanager
-async def answering_stdio() -> AsyncIterator[
+async def answering_stdio(
+    stdin: anyio.AsyncFile[str] | None = None, stdout: anyio.AsyncFile[str] | None = None
+) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
-    """The read and write streams of `stdio_server`, relayed so that EOF waits for every answer."""
+    """The read and write streams of `stdio_server` (this process's stdio, or the given text
+    streams), relayed so that EOF waits for every answer."""
     outstanding = Outstanding()
     inbound_send, inbound_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outbound_send, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
-    async with stdio_server() as (stdin_stream, stdout_stream):
+    async with stdio_server(stdin, stdout) as (stdin_stream, stdout_stream):
 
         async def relay_in() -> None:
             async with inbound_send, stdin_stream:
