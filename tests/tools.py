@@ -18,6 +18,8 @@ MODULES = TOOLS / "node_modules"
 # name -> the package's entry script, relative to node_modules
 ENTRY_POINTS = {
     "mcp-inspector": "@modelcontextprotocol/inspector/clients/launcher/build/index.js",
+    # the npm launcher of Codex's native binary (@openai/codex-linux-x64)
+    "codex": "@openai/codex/bin/codex.js",
 }
 
 

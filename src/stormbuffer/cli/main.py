@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "gc": "index:gc",
     "search": "index:search",
     "context": "index:context",
+    "daemon": "daemon:daemon",
 }
 
 

@@ -92,7 +92,8 @@ def run_invoke(operation: str, view: str, env: Mapping[str, str]) -> int:
 
     A running daemon answers when there is one. Otherwise, for search and context the model starts
     opening in a child process at once, while the request is read and checked, the modules it
-    needs are imported and the records synced; the child ends with this call, and a daemon starts.
+    needs are imported and the records synced; the child ends with this call. After a successful
+    search or context, a daemon starts for the next call.
     """
     from ..daemon import relay
 
@@ -108,10 +109,12 @@ def run_invoke(operation: str, view: str, env: Mapping[str, str]) -> int:
     if operation in RETRIEVAL_OPERATIONS:
         embedder.prefetch()
     try:
-        return _answer(operation, view, env, embedder, data)
+        status = _answer(operation, view, env, embedder, data)
     finally:
         embedder.close()
+    if status == 0 and operation in RETRIEVAL_OPERATIONS:  # a per-prompt caller: the next call is warm
         relay.start(env)
+    return status
 
 
 def _read_request() -> bytes | None:

@@ -17,7 +17,17 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .runtime import MAX_HELLO_BYTES, PROTOCOL, Runtime, disabled, encode_line, install_identity, runtime, same_user
+from .runtime import (
+    MAX_HELLO_BYTES,
+    PROTOCOL,
+    SESSION_END,
+    Runtime,
+    disabled,
+    encode_line,
+    install_identity,
+    runtime,
+    same_user,
+)
 from .runtime import session_env as selecting_env
 
 START_WAIT_S = 10.0  # a cold daemon on a loaded host: interpreter, SDK import
@@ -63,7 +73,7 @@ def open_door(message: Mapping[str, Any], env: Mapping[str, str], *, start: bool
     (or when the one serving belongs to another install). Raises Unreachable."""
     if disabled(env):
         raise Unreachable()
-    place = runtime(env)
+    place = runtime(env, create=start)
     if place is None:
         raise Unreachable()
     connection = _greet(place, message)
@@ -136,7 +146,7 @@ def spawn(place: Runtime, env: Mapping[str, str]) -> None:
 
 def start(env: Mapping[str, str]) -> None:
     """Start a daemon for later calls unless one serves (or none may be used); never waits for it."""
-    place = None if disabled(env) else runtime(env)
+    place = None if disabled(env) else runtime(env, create=True)
     if place is None:
         return
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -158,6 +168,35 @@ def ask(door: str, env: Mapping[str, str]) -> Reply | None:
         return connection.reply
     finally:
         connection.close()
+
+
+def stop(env: Mapping[str, str]) -> int | None:
+    """Stop the running daemon and wait (bounded) until it has exited; its pid, None when none ran."""
+    reply = ask("stop", env)
+    place = runtime(env)
+    if reply is None or place is None:
+        return None
+    deadline = time.monotonic() + START_WAIT_S
+    while running(place) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return int(reply.get("pid", 0))
+
+
+def running(place: Runtime) -> bool:
+    """Whether a daemon holds the runtime directory's lock (it does for its whole life)."""
+    import fcntl
+
+    try:
+        fd = os.open(place.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 # ---- invoke ------------------------------------------------------------------------------------
@@ -246,11 +285,10 @@ def pieces(read: Any, size: int = 65536) -> Iterator[tuple[bytes, bool]]:
 
 
 def relay_mcp(connection: Connection, stdin: int = 0, stdout: int = 1) -> tuple[bool, bool]:
-    """Relay the host's stdio and the daemon's session until both ends are done. Returns whether the
-    session ended normally (else the daemon went away, and its open requests were answered with a
-    JSON-RPC error) and whether the host sent any request."""
+    """Relay the host's stdio and the daemon's session until the daemon ends it. Returns whether the
+    session ended normally (the daemon's `SESSION_END` line; else the daemon went away, and the
+    requests still open were answered with a JSON-RPC error) and whether the host sent any request."""
     requests = Requests()
-    host_done = threading.Event()
 
     def host_to_daemon() -> None:
         try:
@@ -258,24 +296,24 @@ def relay_mcp(connection: Connection, stdin: int = 0, stdout: int = 1) -> tuple[
                 if whole:
                     requests.from_host(piece)
                 connection.sock.sendall(piece)
-            host_done.set()  # before the daemon can see the end of input and close
             connection.sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-        finally:
-            host_done.set()
 
     threading.Thread(target=host_to_daemon, daemon=True).start()
+    ended = False
     try:
         for piece, whole in pieces(connection.sock.recv):
+            if whole and piece == SESSION_END:
+                ended = True
+                break
             if whole:
                 requests.from_daemon(piece)
             _write_all(stdout, piece)
     except OSError:
         pass
-    unanswered = requests.unanswered()
-    if not host_done.is_set() or unanswered:
-        for request_id in unanswered:
+    if not ended:
+        for request_id in requests.unanswered():
             error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": INTERNAL_ERROR, "message": DAEMON_STOPPED}}
             _write_all(stdout, encode_line(error))
         return False, requests.any

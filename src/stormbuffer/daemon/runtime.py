@@ -27,6 +27,9 @@ PROTOCOL = "stormbuffer-daemon/1"
 SESSION_ENV = ("HOME", "USERPROFILE", "XDG_DATA_HOME", "XDG_CACHE_HOME", "STORMBUFFER_VALIDATE_OUTPUT")
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 MAX_HELLO_BYTES = 65536
+# The daemon's last line on an MCP connection after the session ended normally (never relayed):
+# without it, the daemon went away and the relay answers what is still open.
+SESSION_END = b'{"stormbuffer-daemon":"session-end"}\n'
 
 
 class Runtime:
@@ -53,22 +56,28 @@ def disabled(env: Mapping[str, str]) -> bool:
     return env.get(NO_DAEMON_ENV, "") not in ("", "0") or not hasattr(socket, "AF_UNIX")
 
 
-def runtime(env: Mapping[str, str]) -> Runtime | None:
-    """The runtime directory, created private when missing; None when it cannot be used safely."""
+def runtime_directory(env: Mapping[str, str]) -> Path | None:
+    """Where the runtime directory of this environment is (nothing is created or checked)."""
     base = env.get("XDG_RUNTIME_DIR")
     if base and Path(base).is_absolute() and Path(base).is_dir():
-        directory = Path(base, "stormbuffer")
-    else:
-        home = env.get("HOME") or env.get("USERPROFILE")
-        cache = env.get("XDG_CACHE_HOME") or (str(Path(home, ".cache")) if home else "")
-        if not cache or not Path(cache).is_absolute():
-            return None
-        directory = Path(cache, "stormbuffer", "run")
+        return Path(base, "stormbuffer")
+    home = env.get("HOME") or env.get("USERPROFILE")
+    cache = env.get("XDG_CACHE_HOME") or (str(Path(home, ".cache")) if home else "")
+    return Path(cache, "stormbuffer", "run") if cache and Path(cache).is_absolute() else None
+
+
+def runtime(env: Mapping[str, str], *, create: bool = False) -> Runtime | None:
+    """The runtime directory (with `create`, created private when missing); None when it is missing
+    or cannot be used safely."""
+    directory = runtime_directory(env)
+    if directory is None:
+        return None
     found = Runtime(directory)
     if len(os.fsencode(found.socket)) > MAX_SOCKET_PATH:
         return None
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = directory.lstat()
     except OSError:
         return None

@@ -38,7 +38,17 @@ import anyio.to_thread
 
 from stormbuffer import __version__
 
-from .runtime import MAX_HELLO_BYTES, PROTOCOL, Runtime, encode_line, idle_seconds, install_identity, runtime, same_user
+from .runtime import (
+    MAX_HELLO_BYTES,
+    PROTOCOL,
+    SESSION_END,
+    Runtime,
+    encode_line,
+    idle_seconds,
+    install_identity,
+    runtime,
+    same_user,
+)
 
 MAX_CONNECTIONS = 128  # connections served at once; more wait in the listen backlog
 HELLO_TIMEOUT_S = 10.0
@@ -202,8 +212,14 @@ class Daemon:
         tasks.cancel_scope.cancel()
 
     async def _idle_exit(self) -> None:
+        """Exit after `idle_s` without a connection, or once the socket was removed (its directory
+        deleted, for example): no door could reach this daemon any more."""
         while True:
             await anyio.sleep(min(1.0, self.idle_s / 4))
+            if self._listener is not None and not self.place.socket.exists():
+                logger.info("the socket was removed: exiting")
+                self.stop()
+                return
             if not self.sessions and time.monotonic() - self._last_active >= self.idle_s:
                 logger.info("idle for %.0f s: exiting", self.idle_s)
                 self.stop()
@@ -286,6 +302,8 @@ class Daemon:
         stdout = anyio.wrap_file(io.TextIOWrapper(connection.sock.makefile("wb"), encoding="utf-8"))
         try:
             await run_session(StormbufferServer(session, grant, self.shared.worker), stdin, stdout)
+            await stdout.flush()
+            connection.sock.sendall(SESSION_END)
         finally:
             await stdout.aclose()
 
@@ -350,7 +368,7 @@ def main() -> None:
         os.ftruncate(2, 0)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s stormbuffer-daemon[%(process)d]: %(message)s")
     logger.setLevel(logging.INFO)
-    place = runtime(os.environ)
+    place = runtime(os.environ, create=True)
     if place is None:
         logger.error("no private runtime directory")
         sys.exit(1)

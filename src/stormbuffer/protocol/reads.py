@@ -38,37 +38,19 @@ def composed_stores(session: Session, scopes: list[str]) -> list[StorePaths]:
     return stores
 
 
-def prepare(
-    session: Session, stores: list[StorePaths], embedder: Embedder | None, *, vectors_only: bool = False
-) -> str | None:
-    """Sync each store (and its vectors, given an embedder) unless the session's freshness registry
-    knows it is current; the semantic fallback reason, if any. `vectors_only`: see `prepare_stores`."""
-    from stormbuffer.retrieval import prepare_stores
+def prepare_retrieval(
+    session: Session, stores: list[StorePaths], *, records_only: bool = False
+) -> tuple[Embedder | None, str | None]:
+    """The embedder (or None) and the semantic fallback reason, with every store ready for retrieval
+    (`records_only`: synced, without opening the model). A one-shot process embeds at most a small
+    batch (see `ready_for_retrieval`)."""
+    from stormbuffer.retrieval import ready_for_retrieval
 
-    preparation = prepare_stores(stores, embedder, session.freshness, vectors_only=vectors_only)
-    if not preparation.complete:
+    open_model = None if records_only else session.embedder.get
+    ready = ready_for_retrieval(stores, open_model, session.freshness, bounded=session.freshness is None)
+    if not ready.complete:
         raise ProtocolError("invalid_record", RECORDS_INVALID)
-    return preparation.fallback
-
-
-def prepare_retrieval(session: Session, stores: list[StorePaths]) -> tuple[Embedder | None, str | None]:
-    """The embedder (or None) and the semantic fallback reason, with every store synced, its vectors too.
-
-    A one-shot process syncs the records first, while its model may still be opening in another
-    process, and then refreshes only the vectors of the stores whose vectors are not current for that
-    model (their records were checked a moment ago).
-    """
-    if session.freshness is not None:
-        embedder, reason = session.embedder.get()
-        return embedder, prepare(session, stores, embedder) or reason
-    from stormbuffer.index.sync import vectors_current
-
-    synced = prepare(session, stores, None)
-    embedder, reason = session.embedder.get()
-    stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
-    if stale:
-        synced = prepare(session, stale, embedder, vectors_only=True) or synced
-    return embedder, synced or reason
+    return ready.embedder, ready.fallback
 
 
 def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
@@ -77,7 +59,7 @@ def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))
     access = fields.agent_access(request)
     stores = composed_stores(session, scopes)
-    prepare(session, stores, None)
+    prepare_retrieval(session, stores, records_only=True)
     denial: Exception = NotFound(record_id)
     for store in stores:
         try:
