@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from corpus import QUERIES  # noqa: E402
 from invoke_latency import build, environment  # noqa: E402
 from machine import machine  # noqa: E402
+from mcp_latency import percentile  # noqa: E402
 
 from stormbuffer.daemon import relay
 
@@ -106,11 +107,6 @@ def _status_kib(pid: int, field: str) -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     raise LookupError(field)
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def timed(args: list[str], cwd: Path, env: dict[str, str], stdin: bytes = b"") -> float:

@@ -176,10 +176,20 @@ def stop(env: Mapping[str, str]) -> int | None:
     place = runtime(env)
     if reply is None or place is None:
         return None
+    pid = int(reply.get("pid", 0))
     deadline = time.monotonic() + START_WAIT_S
-    while running(place) and time.monotonic() < deadline:
+    while (running(place) or _alive(pid)) and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    return int(reply.get("pid", 0))
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie waiting for its parent does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def running(place: Runtime) -> bool:

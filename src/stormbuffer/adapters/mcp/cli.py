@@ -11,12 +11,11 @@ By default the command is a relay between its stdio and a session of the user's 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from stormbuffer import __version__
 
@@ -50,8 +49,9 @@ class UsageError(Exception):
     """A bad command line; the message follows `stormbuffer-mcp: ` on stderr, exit 2."""
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
+    """The command line, as View and WriteGrant values (strings: the relay imports neither)."""
+
     view: str = "global"
     grant: str = "none"
     daemon: bool = True
@@ -164,17 +164,17 @@ def _start_failed() -> int:
     return 1
 
 
-class _OneLine(logging.Formatter):
-    """Log lines without tracebacks: diagnostics on stderr stay short and hold no source paths."""
-
-    def formatException(self, ei: object) -> str:  # noqa: N802 - logging's name
-        return ""
-
-    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
-        return ""
-
-
 def _log_to_stderr() -> None:
+    """Log lines without tracebacks: diagnostics on stderr stay short and hold no source paths."""
+    import logging
+
+    class OneLine(logging.Formatter):
+        def formatException(self, ei: object) -> str:  # noqa: N802 - logging's name
+            return ""
+
+        def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+            return ""
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLine(f"{PROG}: %(message)s"))
+    handler.setFormatter(OneLine(f"{PROG}: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
