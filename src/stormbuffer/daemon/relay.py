@@ -58,11 +58,16 @@ class Connection:
 
 
 def hello(door: str, env: Mapping[str, str], **fields: Any) -> dict[str, Any]:
+    """The first line of a connection (`fields` add to it or override it)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a deleted working directory: no store resolves, as in-process
+        cwd = ""
     return {
         "protocol": PROTOCOL,
         "install": install_identity(env),
         "door": door,
-        "cwd": os.getcwd(),
+        "cwd": cwd,
         "env": selecting_env(env),
         **fields,
     }
@@ -313,7 +318,7 @@ def relay_mcp(connection: Connection, stdin: int = 0, stdout: int = 1) -> tuple[
     threading.Thread(target=host_to_daemon, daemon=True).start()
     ended = False
     try:
-        for piece, whole in pieces(connection.sock.recv):
+        for piece, whole in pieces(connection.reader.read1):
             if whole and piece == SESSION_END:
                 ended = True
                 break

@@ -78,6 +78,8 @@ class Shared:
         from stormbuffer.index.freshness import FreshnessRegistry
         from stormbuffer.protocol.session import Session
 
+        if not Path(cwd).is_absolute():  # never the daemon's own working directory
+            raise ValueError("no working directory")
         selected_view = View(view)
         dirs = PlatformDirs.from_environ(env)
         selected = resolve_store(selected_view, Path(cwd), dirs)
