@@ -5,8 +5,8 @@ Measures, with `sbuf --version` timed in the same run (the floor of any process 
 - start → `initialize` → `tools/list` of `stormbuffer-mcp --stdio --project`, the relay spoken to
   over its pipes: with a warm daemon (median of fresh relays) and cold (the daemon stopped before
   each start, so the start includes spawning the daemon and importing the SDK);
-- warm `memory_recall` (hybrid, budget 512) in one session, p50 and p95, through the daemon and,
-  for comparison, through the in-process server (`--no-daemon`);
+- warm `memory_recall` (hybrid, budget 512), p50 and p95, through the daemon and, for comparison,
+  through the in-process server (`--no-daemon`): one session each, their calls alternated;
 - `sbuf --project invoke context` (hybrid) with a warm daemon (median of fresh processes);
 - the resident memory of one relay (its peak, VmHWM) and of the daemon with one session open
   versus eight concurrent sessions (each has made a recall).
@@ -136,20 +136,24 @@ def measure(cwd: Path, env: dict[str, str], starts: int, recalls: int) -> dict[s
         relay_rss.append(session.peak_rss_mb())
         session.close()
 
-    def recall_p(flags: tuple[str, ...], session_env: dict[str, str]) -> list[float]:
-        session = Session(cwd, session_env, *flags)
+    # Both sessions open, their recalls alternated: the host's load changes for both alike.
+    through_daemon, own_process = Session(cwd, env), Session(cwd, in_process, "--no-daemon")
+    for session in (through_daemon, own_process):
         session.open()
         session.recall(QUERIES[0])  # opens the model (once per daemon, once per in-process server)
-        times = [session.recall(QUERIES[index % len(QUERIES)]) for index in range(recalls)]
+    daemon_recalls, in_process_recalls = [], []
+    for index in range(recalls):
+        daemon_recalls.append(through_daemon.recall(QUERIES[index % len(QUERIES)]))
+        in_process_recalls.append(own_process.recall(QUERIES[index % len(QUERIES)]))
+    for session in (through_daemon, own_process):
         session.close()
-        return times
-
-    daemon_recalls = recall_p((), env)
-    in_process_recalls = recall_p(("--no-daemon",), in_process)
     print("recalls done", file=sys.stderr)
 
-    request = json.dumps({"version": 1, "query": QUERIES[1], "budget": 512}).encode()
-    context = [timed([str(BIN / "sbuf"), "--project", "invoke", "context"], cwd, env, request) for _ in range(starts)]
+    def context_request(index: int) -> bytes:
+        return json.dumps({"version": 1, "query": QUERIES[index % len(QUERIES)], "budget": 512}).encode()
+
+    invoke = [str(BIN / "sbuf"), "--project", "invoke", "context"]
+    context = [timed(invoke, cwd, env, context_request(index)) for index in range(starts)]
 
     one = Session(cwd, env)
     one.open()
