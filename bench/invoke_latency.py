@@ -53,10 +53,12 @@ TARGETS_S = {"version": 0.15, "search_hybrid": 0.5, "context_hybrid": 0.8}
 
 def environment(work: Path, cache: str) -> dict[str, str]:
     """The benchmark store's home and cache, and byte-code caching on as for any installed command (the
-    warm-up run writes the `.pyc` files the timed runs use)."""
+    warm-up run writes the `.pyc` files the timed runs use). Without the daemon: this benchmark and
+    bench/mcp_latency.py measure the in-process paths, bench/daemon.py the daemon."""
     skipped = ("XDG_", "STORMBUFFER_", "PYTHONDONTWRITEBYTECODE")
     env = {key: value for key, value in os.environ.items() if not key.startswith(skipped)}
     env.update(HOME=str(work / "home"), XDG_DATA_HOME=str(work / "data"), XDG_CACHE_HOME=str(work / cache))
+    env["STORMBUFFER_NO_DAEMON"] = "1"
     return env
 
 

@@ -1,14 +1,22 @@
-"""Fixtures shared by every test package: the real embedding model, built once per test run."""
+"""Fixtures shared by every test package: the real embedding model, built once per test run, and the
+stop of any daemon a test started."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model, load_embedder
-from tests.helpers import run_sbuf, sbuf_env
+from tests.helpers import run_sbuf, sbuf_env, stop_daemons
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_left_running() -> Iterator[None]:
+    """Every test ends with no daemon running: any that a test environment started is stopped."""
+    yield
+    stop_daemons()
 
 
 @pytest.fixture(scope="session")

@@ -24,12 +24,16 @@ ESC = "\x1b"
 # Variables that would let the caller's environment leak into a test.
 _ISOLATED = (
     "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "VISUAL", "EDITOR", "USERPROFILE", "LOCALAPPDATA", "APPDATA",
-    "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "STORMBUFFER_TEST_MODE",
+    "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "TMPDIR", "STORMBUFFER_TEST_MODE",
+    "STORMBUFFER_NO_DAEMON", "STORMBUFFER_DAEMON_IDLE_S",
 )  # fmt: skip
+# Environments made by `sbuf_env`: the test session stops any daemon one of them started (conftest).
+ENVIRONMENTS: dict[Path, dict[str, str]] = {}
 
 
 def sbuf_env(base: Path, **overrides: str | None) -> dict[str, str]:
-    """An environment whose home, data, cache and temp directories live under `base`.
+    """An environment whose home, data, cache and temp directories live under `base` (so does the
+    daemon's runtime directory, in the cache).
 
     `EDITOR=true` (editing changes nothing), `NO_COLOR` is absent, and `sbuf invoke` checks every
     envelope it prints against `schema/v1` (a mismatch becomes `internal_error` plus a line on
@@ -47,6 +51,7 @@ def sbuf_env(base: Path, **overrides: str | None) -> dict[str, str]:
             env.pop(name, None)
         else:
             env[name] = value
+    ENVIRONMENTS[base] = env
     return env
 
 
@@ -69,10 +74,13 @@ def run_sbuf(
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    """Relative path → sha256 (or `<dir>`) of everything below `root`, for before/after comparisons."""
+    """Relative path → sha256 (or `<dir>`) of everything below `root`, for before/after comparisons;
+    the daemon's runtime directory (`stormbuffer/run` in the cache) is not data and is left out."""
     digest: dict[str, str] = {}
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root).as_posix()
+        if "/stormbuffer/run/" in f"/{relative}/":
+            continue
         if path.is_symlink():
             digest[relative] = f"<link {os.readlink(path)}>"
         elif path.is_dir():
@@ -247,3 +255,27 @@ def editor(box: Sandbox, name: str, code: str) -> str:
     script.write_text(f"#!{sys.executable}\nimport pathlib, sys\npath = pathlib.Path(sys.argv[1])\n{code}\n")
     script.chmod(0o755)
     return str(script)
+
+
+def stop_daemons() -> list[int]:
+    """Stop every daemon that an environment made by `sbuf_env` started (`sbuf daemon stop`'s way,
+    then SIGKILL if it is still there); the process ids of those that were running."""
+    import signal
+
+    from stormbuffer.daemon.relay import running, stop
+    from stormbuffer.daemon.runtime import Runtime, runtime_directory
+
+    stopped = []
+    for env in list(ENVIRONMENTS.values()):
+        directory = runtime_directory(env)
+        if directory is None or not (directory / "daemon.lock").exists():
+            continue
+        place = Runtime(directory)
+        if not running(place):
+            continue
+        pid = int(place.lock.read_text(encoding="ascii").strip() or 0)
+        stop(env)
+        if running(place) and pid:
+            os.kill(pid, signal.SIGKILL)
+        stopped.append(pid)
+    return stopped

@@ -146,9 +146,11 @@ print(json.dumps({"status": done.returncode, "stdout": done.stdout.decode(), "st
 
 
 def run_adopting(sandbox: Sandbox, operation: str, request: str) -> dict[str, object]:
-    """`sbuf --project invoke <operation>` and how many processes it left behind."""
+    """`sbuf --project invoke <operation>` and how many processes it left behind (without the
+    daemon, which a successful one-shot retrieval starts on purpose)."""
     command = [sys.executable, "-c", ADOPTING_RUNNER, str(SBUF), "--project", "invoke", operation]
-    runner = subprocess.run(command, cwd=sandbox.cwd, env=sandbox.env, input=request, capture_output=True,
+    env = sandbox.env_with(STORMBUFFER_NO_DAEMON="1")
+    runner = subprocess.run(command, cwd=sandbox.cwd, env=env, input=request, capture_output=True,
                             text=True, check=True)  # fmt: skip
     result: dict[str, object] = json.loads(runner.stdout)
     return result

@@ -28,7 +28,10 @@ SEEDED_PROJECT = (ACTIVE_ID, SECOND_ID, CANDIDATE_ID, ARCHIVED_ID, HUMAN_ID)
 CANDIDATES_ONLY = "MCP candidate-write mode permits only remember and update"
 
 ONE_WRITE_FLAG = "select only one of --allow-candidate-writes or --allow-writes"
-USAGE = "Usage: stormbuffer-mcp --stdio [--global | --project | --local] [--allow-candidate-writes | --allow-writes]"
+USAGE = (
+    "Usage: stormbuffer-mcp --stdio [--global | --project | --local] [--allow-candidate-writes | --allow-writes]"
+    " [--no-daemon]"
+)
 
 
 def run(box: Sandbox, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,7 @@ import pytest
 
 from stormbuffer.adapters.mcp import idle
 from stormbuffer.core.stores import PlatformDirs, View, resolve_store
+from stormbuffer.daemon import relay
 from stormbuffer.embedding import Embedder
 from stormbuffer.index.freshness import FreshnessRegistry
 from stormbuffer.protocol.session import Session
@@ -180,10 +181,12 @@ def inotify_instances(pid: int) -> int:
 def test_a_quiet_adapter_watches_the_records_before_the_first_read(store: Store) -> None:
     server = RawServer(store.box, "--stdio", "--project")
     assert "result" in server.initialize()
+    daemon = relay.ask("status", store.box.env)
+    serving = server.process.pid if daemon is None else daemon["pid"]  # the daemon serves the session
     deadline = time.monotonic() + TIMEOUT
-    while inotify_instances(server.process.pid) < 2 and time.monotonic() < deadline:
+    while inotify_instances(serving) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert inotify_instances(server.process.pid) == 2  # the project store and the global store
+    assert inotify_instances(serving) == 2  # the project store and the global store
     assert server.close() == (0, [], "")
 
 

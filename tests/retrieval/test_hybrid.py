@@ -15,7 +15,7 @@ from stormbuffer.core.stores import StorePaths, View, record_scope
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import Embedder, EmbeddingFailed
 from stormbuffer.index.sync import sync_store
-from stormbuffer.retrieval import ContextOptions, SearchOptions, context, prepare_stores, search
+from stormbuffer.retrieval import ContextOptions, SearchOptions, context, ready_for_retrieval, search
 from stormbuffer.retrieval.hits import FALLBACK_REASONS
 from tests.helpers import lock_held_elsewhere
 from tests.stores import make_store, write_record
@@ -119,7 +119,7 @@ def test_stale_vectors_fall_back_until_the_next_sync_with_the_model(store: Store
 def test_a_busy_projection_is_read_as_it_is(store: StorePaths, embedder: Embedder) -> None:
     write_record(store, "Parking", "Visitors park in the north garage, level two.")
     with lock_held_elsewhere(store.projection_lock):
-        prepared = prepare_stores([store], embedder)
+        prepared = ready_for_retrieval([store], lambda: (embedder, None))
         assert prepared.fallback == "vector_projection_busy" and prepared.complete
         fresh = context([store], "release checklist", embedder=embedder, fallback=prepared.fallback)
         assert fresh.receipt["retrieval_mode"] == "hybrid"

@@ -220,22 +220,22 @@ def gc(dry_run: bool, include_index: bool, include_models: bool) -> None:
 
 
 def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | None]:
-    """The view's stores synced (with vectors when the model is ready) and the semantic fallback reason;
-    an invalid record file is left out, with a warning on stderr."""
-    from ..retrieval import prepare_stores
+    """The view's stores synced (with vectors when the model is ready, with progress bars on a
+    terminal) and the semantic fallback reason; an invalid record file is left out, with a warning on
+    stderr."""
+    from ..retrieval import ready_for_retrieval
 
     cli = current()
     paths = _initialized_store(context)
     with failing(context):
         stores = retrieval_stores(cli.view, paths, cli.dirs())
-    embedder, reason = _embedder(paths)
-    with failing(context):
-        prepared = prepare_stores(stores, embedder)
+    with sync_progress() as progress, failing(context):
+        ready = ready_for_retrieval(stores, lambda: _embedder(paths), progress=progress)
     warn_degraded(
         [(f"records/{name}" if store == paths else f"records/{name} (global store)", why)
-         for store, name, why in prepared.invalid_files]
+         for store, name, why in ready.invalid_files]
     )  # fmt: skip
-    return stores, embedder, prepared.fallback or reason
+    return stores, ready.embedder, ready.fallback
 
 
 @command("search", help="Search indexed memories.")

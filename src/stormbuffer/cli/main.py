@@ -49,6 +49,7 @@ COMMANDS: dict[str, str] = {
     "search": "index:search",
     "context": "index:context",
     "conformance": "conformance:conformance",
+    "daemon": "daemon:daemon",
 }
 
 

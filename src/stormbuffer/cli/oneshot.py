@@ -2,8 +2,10 @@
 
 `sbuf [--global|--project|--local] invoke <operation>` reaches `run_invoke` straight from the console
 entry point, so a per-prompt call does not import click; any other form goes through click, whose
-`invoke` command calls the same function. This module imports little, so that a search can start
-opening the model in a child process before the rest of the work is imported.
+`invoke` command calls the same function. A running daemon of this install answers the request
+(the same bytes, in milliseconds); without one, this process answers it and then starts a daemon
+for the next call. This module imports little, so that a search can start opening the model in a
+child process before the rest of the work is imported.
 """
 
 from __future__ import annotations
@@ -88,42 +90,68 @@ class OneShotEmbedder:
 def run_invoke(operation: str, view: str, env: Mapping[str, str]) -> int:
     """Read one request from stdin, write one envelope line to stdout; the exit status (0 iff `ok`).
 
-    For search and context the model starts opening in a child process at once, while the request
-    is read and checked, the modules it needs are imported and the records synced; the child ends
-    with this call.
+    A running daemon answers when there is one. Otherwise, for search and context the model starts
+    opening in a child process at once, while the request is read and checked, the modules it
+    needs are imported and the records synced; the child ends with this call. After a successful
+    search or context, a daemon starts for the next call.
     """
+    from ..daemon import relay
+
+    data = _read_request()
+    if data is not None:
+        try:
+            line, ok, problems = relay.invoke(operation, view, data, env)
+        except relay.Unreachable:
+            pass
+        else:
+            return _print_answer(line, ok, problems)
     embedder = OneShotEmbedder.from_environ(env)
     if operation in RETRIEVAL_OPERATIONS:
         embedder.prefetch()
     try:
-        return _answer(operation, view, env, embedder)
+        status = _answer(operation, view, env, embedder, data)
     finally:
         embedder.close()
+    if status == 0 and operation in RETRIEVAL_OPERATIONS:  # a per-prompt caller: the next call is warm
+        relay.start(env)
+    return status
 
 
-def _answer(operation: str, view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> int:
-    """Answer the request on stdin; the exit status."""
+def _read_request() -> bytes | None:
+    """Stdin up to one byte past the input bound; None when it cannot be read."""
+    from ..protocol.limits import MAX_INPUT_BYTES
+
+    try:
+        return sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    except (OSError, ValueError, AttributeError):  # unreadable, closed or missing stdin
+        return None
+
+
+def _answer(operation: str, view: str, env: Mapping[str, str], embedder: OneShotEmbedder, data: bytes | None) -> int:
+    """Answer the request read from stdin (None: it could not be read); the exit status."""
     import logging
     import warnings
 
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
-    from ..protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
+    from ..protocol.invoke import encode, failure, invoke_line
 
     session = _session(view, env, embedder)
     if session is None:
         _emit(encode(failure(operation, "internal_error", "could not resolve the selected store")))
         return 1
-    try:
-        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-    except (OSError, ValueError, AttributeError):  # unreadable, closed or missing stdin
+    if data is None:
         _emit(encode(failure(operation, "invalid_request", "could not read the JSON request")))
         return 1
     answer = invoke_line(operation, data, session, validate=env.get(VALIDATE_ENV) == "1")
-    _emit(answer.line)
-    for problem in answer.problems:  # only when asked to validate, as the test suite does
+    return _print_answer(answer.line, answer.ok, answer.problems)
+
+
+def _print_answer(line: str, ok: bool, problems: list[str]) -> int:
+    _emit(line)
+    for problem in problems:  # only when asked to validate, as the test suite does
         sys.stderr.write(f"schema: {problem}\n")
-    return 0 if answer.ok else 1
+    return 0 if ok else 1
 
 
 def _session(view: str, env: Mapping[str, str], embedder: OneShotEmbedder) -> Session | None:

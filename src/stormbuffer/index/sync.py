@@ -185,14 +185,18 @@ def sync_scanned(
         engine.dispose()
 
 
-def refresh_vectors(paths: StorePaths, embedder: Embedder) -> SyncReport:
+def refresh_vectors(
+    paths: StorePaths, embedder: Embedder, *, limit: int | None = None, progress: Progress | None = None
+) -> SyncReport:
     """Bring the vectors up to date with the projection as the last sync left it, without checking the
     record files again: for a process that has just synced without the model. A projection that is
-    missing or unusable by now gets a full sync."""
+    missing or unusable by now gets a full sync. With `limit`, more than `limit` texts to embed are
+    left alone: the vectors stay as they were and the report's `vector_failure` is
+    `vector_projection_unavailable`."""
     with projection_lock(paths):
         engine, rebuilt = _open_for_writing(paths.index_path)
         try:
-            sync = _Sync(engine, paths, record_scope(paths), embedder, None)
+            sync = _Sync(engine, paths, record_scope(paths), embedder, progress, embed_limit=limit)
             if not rebuilt:
                 return sync.refresh()
             report = sync.run(scan_files(paths))
@@ -422,6 +426,10 @@ class _Plan:
     stored: dict[str, str]  # path → record id of every projected record
 
 
+class _OverLimit(Exception):
+    """More texts to embed than the caller allowed."""
+
+
 class _Sync:
     def __init__(
         self,
@@ -433,6 +441,7 @@ class _Sync:
         *,
         carry_vectors_from: Path | None = None,
         matrix_path: Path | None = None,
+        embed_limit: int | None = None,
     ) -> None:
         self.engine = engine
         self.paths = paths
@@ -441,6 +450,7 @@ class _Sync:
         self.progress = progress or (lambda _phase, _done, _total, _report: None)
         self.carry_vectors_from = carry_vectors_from
         self.matrix_path = matrix_path or paths.index_path
+        self.embed_limit = embed_limit
         self.report = SyncReport()
         self.layout: vector_files.Layout | None = None
         self._count_tokens: Callable[[str], int] | None = None
@@ -465,6 +475,8 @@ class _Sync:
                 self._refresh_vectors()
             except (ValueError, EmbeddingFailed):
                 self.report.vector_failure = "embedding_execution_failed"
+            except _OverLimit:
+                self.report.vector_failure = "vector_projection_unavailable"
         return self.report
 
     # -- planning --------------------------------------------------------------------------
@@ -629,6 +641,8 @@ class _Sync:
                     .where(t.chunks.c.id > newer_than, t.vectors.c.embed_hash.is_(None))
                 )
             )
+            if self.embed_limit is not None and len(missing) > self.embed_limit:
+                raise _OverLimit()  # rolls back the transaction: the vectors stay as they were
         missing.sort(key=lambda row: len(row.embed_text))  # similar lengths share a batch: less padding
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]

@@ -14,11 +14,9 @@ from typing import Any, NamedTuple
 
 from . import reads, writes
 from .errors import from_core
+from .limits import MAX_INPUT_BYTES, MAX_OUTPUT_BYTES
 from .requests import OPERATIONS, VERSION, check_envelope, check_schema, parse_json
 from .session import Session
-
-MAX_INPUT_BYTES = 262144
-MAX_OUTPUT_BYTES = 262144
 
 _DISPATCH: dict[str, Callable[[Mapping[str, Any], Session], Any]] = {
     "search": reads.search,

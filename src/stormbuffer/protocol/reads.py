@@ -39,41 +39,19 @@ def composed_stores(session: Session, scopes: list[str]) -> list[StorePaths]:
     return stores
 
 
-def prepare(
-    session: Session, stores: list[StorePaths], embedder: Embedder | None, *, vectors_only: bool = False
-) -> tuple[str | None, list[dict[str, str]]]:
-    """Sync each store (and its vectors, given an embedder) unless the session's freshness registry
-    knows it is current: the semantic fallback reason, if any, and the invalid record files found
-    (`{"store", "path"}`, the path inside the store). `vectors_only`: see `prepare_stores`."""
-    from stormbuffer.retrieval import prepare_stores
-
-    preparation = prepare_stores(stores, embedder, session.freshness, vectors_only=vectors_only)
-    invalid = [{"store": paths.kind, "path": f"records/{name}"} for paths, name, _reason in preparation.invalid_files]
-    return preparation.fallback, invalid
-
-
 def prepare_retrieval(
-    session: Session, stores: list[StorePaths]
+    session: Session, stores: list[StorePaths], *, records_only: bool = False
 ) -> tuple[Embedder | None, str | None, list[dict[str, str]]]:
-    """The embedder (or None), the semantic fallback reason and the invalid record files, with every
-    store synced, its vectors too.
+    """The embedder (or None), the semantic fallback reason and the invalid record files left out
+    (`{"store", "path"}`, the path inside the store), with every store ready for retrieval
+    (`records_only`: synced, without opening the model). A one-shot process embeds at most a small
+    batch (see `ready_for_retrieval`)."""
+    from stormbuffer.retrieval import ready_for_retrieval
 
-    A one-shot process syncs the records first, while its model may still be opening in another
-    process, and then refreshes only the vectors of the stores whose vectors are not current for that
-    model (their records were checked a moment ago).
-    """
-    if session.freshness is not None:
-        embedder, reason = session.embedder.get()
-        synced, invalid = prepare(session, stores, embedder)
-        return embedder, synced or reason, invalid
-    from stormbuffer.index.sync import vectors_current
-
-    synced, invalid = prepare(session, stores, None)
-    embedder, reason = session.embedder.get()
-    stale = [store for store in stores if embedder is not None and not vectors_current(store, embedder)]
-    if stale:
-        synced = prepare(session, stale, embedder, vectors_only=True)[0] or synced
-    return embedder, synced or reason, invalid
+    open_model = None if records_only else session.embedder.get
+    ready = ready_for_retrieval(stores, open_model, session.freshness, bounded=session.freshness is None)
+    invalid = [{"store": paths.kind, "path": f"records/{name}"} for paths, name, _reason in ready.invalid_files]
+    return ready.embedder, ready.fallback, invalid
 
 
 def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
@@ -82,7 +60,7 @@ def get(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
     scopes = fields.scope_filter(request, default_scopes(session.view, session.selected))
     access = fields.agent_access(request)
     stores = composed_stores(session, scopes)
-    prepare(session, stores, None)  # an invalid file elsewhere does not matter; one holding the id fails below
+    prepare_retrieval(session, stores, records_only=True)  # an invalid file elsewhere does not matter
     denial: Exception = NotFound(record_id)
     for store in stores:
         try:

@@ -3,10 +3,10 @@ and compiling bounded, cited context with a receipt."""
 
 from .context import ContextOptions, ContextResult, context
 from .hits import SearchHit, SearchOptions
-from .prepare import Preparation, prepare_stores
+from .prepare import Readiness, ready_for_retrieval
 from .search import search
 
 __all__ = [
-    "ContextOptions", "ContextResult", "Preparation", "SearchHit", "SearchOptions",
-    "context", "prepare_stores", "search",
+    "ContextOptions", "ContextResult", "Readiness", "SearchHit", "SearchOptions",
+    "context", "ready_for_retrieval", "search",
 ]  # fmt: skip

@@ -1,61 +1,101 @@
-"""Getting stores and the model ready before a search: the steps every entry point shares."""
+"""Readying stores for retrieval: the one call every door and process makes before a search.
+
+`ready_for_retrieval` syncs the records of every store and brings its vectors up to date for the
+model, in the order that suits the caller:
+
+- a long-running process (a freshness registry given) opens the model and syncs only the stores
+  that may have changed since their last sync;
+- any other process syncs the records first (a one-shot process may still be opening the model in
+  a child meanwhile), then opens the model and refreshes only the vectors of the stores whose
+  vectors are not current. With `bounded` (a one-shot protocol read, which must answer within an
+  agent hook's timeout) it embeds at most `ONE_SHOT_EMBED_LIMIT` texts per store: a store with
+  more missing is answered without vectors (`vector_projection_unavailable`), and `sbuf sync` or
+  the warm server embeds the rest.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
-from ..index.sync import refresh_vectors, sync_store
+from ..index.sync import EMBED_BATCH, refresh_vectors, sync_store, vectors_current
 
 if TYPE_CHECKING:
     from ..index.freshness import FreshnessRegistry
-    from ..index.sync import Embedder
+    from ..index.sync import Embedder, Progress, SyncReport
+
+ONE_SHOT_EMBED_LIMIT = EMBED_BATCH  # texts one bounded read embeds per store: one model call
+
+ModelOpener = Callable[[], tuple["Embedder | None", "str | None"]]  # the embedder, or None and the reason
 
 
 @dataclass
-class Preparation:
-    """Invalid record files found per store, and the reason to report if semantic search cannot run."""
+class Readiness:
+    """The embedder to search with (None: lexical only), the reason to report when semantic search
+    cannot run, and the invalid record files found per store."""
 
-    invalid_files: list[tuple[StorePaths, str, str]] = field(default_factory=list)
+    embedder: Embedder | None = None
     fallback: str | None = None
+    invalid_files: list[tuple[StorePaths, str, str]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         return not self.invalid_files
 
 
-def prepare_stores(
+def ready_for_retrieval(
     stores: list[StorePaths],
-    embedder: Embedder | None,
+    open_model: ModelOpener | None,
     freshness: FreshnessRegistry | None = None,
     *,
-    vectors_only: bool = False,
-) -> Preparation:
-    """Sync every store (and its vectors, given an embedder); with `freshness` (a long-running
-    process), only the stores that may have changed since their last sync; with `vectors_only` (this
-    process has just synced the records without the model), only the vectors.
+    bounded: bool = False,
+    progress: Progress | None = None,
+) -> Readiness:
+    """Sync every store, and given `open_model` its vectors too (see the module's docstring).
 
-    A store whose projection another writer holds is read as it is: its fallback reason becomes
+    A store whose projection another writer holds is read as it is: the fallback becomes
     `vector_projection_busy` (reported only if its vectors turn out to be stale). A failed vector
     refresh gives `embedding_execution_failed`.
     """
-    prepared = Preparation()
+    ready = Readiness()
+    if open_model is None:
+        _each(ready, stores, lambda paths: _sync(paths, None, freshness, progress))
+        return ready
+    if freshness is not None:
+        ready.embedder, reason = open_model()
+        _each(ready, stores, lambda paths: freshness.sync(paths, ready.embedder))
+        ready.fallback = ready.fallback or reason
+        return ready
+    _each(ready, stores, lambda paths: sync_store(paths, None, progress=progress))
+    ready.embedder, reason = open_model()
+    if ready.embedder is not None:
+        embedder = ready.embedder
+        limit = ONE_SHOT_EMBED_LIMIT if bounded else None
+        stale = [paths for paths in stores if not vectors_current(paths, embedder)]
+        _each(ready, stale, lambda paths: refresh_vectors(paths, embedder, limit=limit, progress=progress))
+    ready.fallback = ready.fallback or reason
+    return ready
+
+
+def _sync(
+    paths: StorePaths, embedder: Embedder | None, freshness: FreshnessRegistry | None, progress: Progress | None
+) -> SyncReport | None:
+    return freshness.sync(paths, embedder) if freshness is not None else sync_store(paths, embedder, progress=progress)
+
+
+def _each(ready: Readiness, stores: list[StorePaths], step: Callable[[StorePaths], SyncReport | None]) -> None:
+    """Run `step` on every store, noting invalid files and the first fallback reason."""
     for paths in stores:
         try:
-            if freshness is not None:
-                report = freshness.sync(paths, embedder)
-            elif vectors_only and embedder is not None:
-                report = refresh_vectors(paths, embedder)
-            else:
-                report = sync_store(paths, embedder)
+            report = step(paths)
         except IndexBusy:
-            prepared.fallback = "vector_projection_busy"
+            ready.fallback = "vector_projection_busy"
             continue
         if report is None:  # known to be current
             continue
-        prepared.invalid_files.extend((paths, name, message) for name, message in report.invalid_files)
-        if report.vector_failure and prepared.fallback is None:
-            prepared.fallback = report.vector_failure
-    return prepared
+        ready.invalid_files.extend((paths, name, message) for name, message in report.invalid_files)
+        if report.vector_failure and ready.fallback is None:
+            ready.fallback = report.vector_failure

@@ -88,12 +88,14 @@ class StoreContext:
     def warm_up(self) -> None:
         """What the first read would do first: import the retrieval layer and sync the view's stores,
         which starts their watchers (run once the server listens; a failure is left to that read)."""
-        from stormbuffer.protocol.reads import prepare
+        from stormbuffer.protocol.reads import prepare_retrieval
 
         try:
             import stormbuffer.retrieval  # noqa: F401
 
-            prepare(self.session, retrieval_stores(self.view, self.selected, self.session.dirs), None)
+            prepare_retrieval(
+                self.session, retrieval_stores(self.view, self.selected, self.session.dirs), records_only=True
+            )
         except Exception as exc:
             logger.debug("warm-up failed: %s", type(exc).__name__)
 

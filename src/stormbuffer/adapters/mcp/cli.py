@@ -1,27 +1,28 @@
 """The `stormbuffer-mcp` command: arguments (read left to right), store selection, exit status.
 
 Exit 0 after the host closes stdin, 2 for a usage error, 1 when the adapter cannot start: the
-store cannot be resolved, or stdin closed before the host sent its first request. Starting never
-initializes a store or writes anything.
+store cannot be resolved, or stdin closed before the host sent its first request; 1 too when the
+daemon went away during the session. Starting never initializes a store or writes anything.
+
+By default the command is a relay between its stdio and a session of the user's daemon
+(`stormbuffer.daemon`), started on demand; it then imports neither the SDK nor NumPy.
+`--no-daemon`, `STORMBUFFER_NO_DAEMON=1`, or a platform without Unix sockets serve in this process.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from stormbuffer import __version__
-from stormbuffer.core.stores import View
-from stormbuffer.threads import limit_math_threads
-
-from .tools import WriteGrant
 
 PROG = "stormbuffer-mcp"
-USAGE = f"Usage: {PROG} --stdio [--global | --project | --local] [--allow-candidate-writes | --allow-writes]"
+USAGE = (
+    f"Usage: {PROG} --stdio [--global | --project | --local] [--allow-candidate-writes | --allow-writes] [--no-daemon]"
+)
 HELP = f"""{USAGE}
 
 Serve Stormbuffer memory to an MCP host over stdin and stdout.
@@ -34,28 +35,34 @@ Store view:
 Write access (writes are disabled by default):
   --allow-candidate-writes  allow memory_remember and memory_update, which only create candidates
   --allow-writes            also allow memory_forget, which archives active records
+
+Process:
+  --no-daemon               serve in this process instead of a session of the user's daemon
 """
 START_FAILED = "could not start the stdio adapter"
 
-VIEW_FLAGS = {"--global": View.GLOBAL, "--project": View.PROJECT, "--local": View.LOCAL}
-WRITE_FLAGS = {"--allow-candidate-writes": WriteGrant.CANDIDATES, "--allow-writes": WriteGrant.ALL}
+VIEW_FLAGS = {"--global": "global", "--project": "project", "--local": "local"}  # View values
+WRITE_FLAGS = {"--allow-candidate-writes": "candidates", "--allow-writes": "all"}  # WriteGrant values
 
 
 class UsageError(Exception):
     """A bad command line; the message follows `stormbuffer-mcp: ` on stderr, exit 2."""
 
 
-@dataclass(frozen=True)
-class Options:
-    view: View = View.GLOBAL
-    grant: WriteGrant = WriteGrant.NONE
+class Options(NamedTuple):
+    """The command line, as View and WriteGrant values (strings: the relay imports neither)."""
+
+    view: str = "global"
+    grant: str = "none"
+    daemon: bool = True
 
 
 def parse(argv: Sequence[str]) -> Options | str:
     """The options, or the text `--help`/`--version` print. The first problem met raises UsageError."""
     stdio = False
-    view: View | None = None
-    grant: WriteGrant | None = None
+    daemon = True
+    view: str | None = None
+    grant: str | None = None
     for arg in argv:
         if arg in ("-h", "--help"):
             return HELP
@@ -63,6 +70,8 @@ def parse(argv: Sequence[str]) -> Options | str:
             return f"{PROG} {__version__}\n"
         if arg == "--stdio":
             stdio = True
+        elif arg == "--no-daemon":
+            daemon = False
         elif arg in VIEW_FLAGS:
             if view is not None:
                 raise UsageError("select only one of --global, --project, or --local")
@@ -75,11 +84,10 @@ def parse(argv: Sequence[str]) -> Options | str:
             raise UsageError("unknown argument")
     if not stdio:
         raise UsageError("--stdio is required")
-    return Options(view or View.GLOBAL, grant or WriteGrant.NONE)
+    return Options(view or "global", grant or "none", daemon)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    limit_math_threads()
     try:
         parsed = parse(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
@@ -88,34 +96,64 @@ def main(argv: Sequence[str] | None = None) -> None:
     if isinstance(parsed, str):
         sys.stdout.write(parsed)
         sys.exit(0)
+    if parsed.daemon:
+        status = relay(parsed)
+        if status is not None:
+            sys.exit(status)
     sys.exit(run(parsed))
 
 
+def relay(options: Options) -> int | None:
+    """Relay this process's stdio to a daemon session; the exit status, or None when no daemon can
+    be used (then this process serves)."""
+    from stormbuffer.daemon.relay import DAEMON_STOPPED, Unreachable, hello, open_door, relay_mcp
+
+    try:
+        connection = open_door(hello("mcp", os.environ, view=options.view, grant=options.grant), os.environ, start=True)
+    except Unreachable:
+        return None
+    try:
+        if connection.reply.get("reason") == "start_failed":
+            return _start_failed()
+        if connection.reply.get("ok") is not True:
+            return None
+        ended, requested = relay_mcp(connection)
+    finally:
+        connection.close()
+    if not ended:
+        print(f"{PROG}: {DAEMON_STOPPED}", file=sys.stderr)
+        return 1
+    return 0 if requested else _start_failed()
+
+
 def run(options: Options) -> int:
-    """Serve one host over stdio until it closes stdin; returns the exit status."""
+    """Serve one host over stdio until it closes stdin, in this process; returns the exit status."""
     from stormbuffer.core.errors import StormbufferError
     from stormbuffer.core.locks import lock_wait_from
-    from stormbuffer.core.stores import PlatformDirs, resolve_store
+    from stormbuffer.core.stores import PlatformDirs, View, resolve_store
     from stormbuffer.index.freshness import FreshnessRegistry
     from stormbuffer.protocol.session import Session
+    from stormbuffer.threads import limit_math_threads
 
     from .sdk import defer_package_inits
+    from .tools import WriteGrant
     from .warm import WarmEmbedder
 
+    limit_math_threads()
     defer_package_inits()  # before the first import of the SDK
     from .server import serve
 
     _log_to_stderr()
     try:
         dirs = PlatformDirs.from_environ(os.environ)
-        selected = resolve_store(options.view, Path.cwd(), dirs)
+        selected = resolve_store(View(options.view), Path.cwd(), dirs)
     except (StormbufferError, OSError):
         return _start_failed()
     freshness = FreshnessRegistry()  # watchers start once the host is quiet, or with the first read
-    session = Session(options.view, selected, dirs, WarmEmbedder(selected.cache_dir), freshness,
+    session = Session(View(options.view), selected, dirs, WarmEmbedder(selected.cache_dir), freshness,
                       lock_wait=lock_wait_from(os.environ))  # fmt: skip
     try:
-        opened = serve(session, options.grant)
+        opened = serve(session, WriteGrant(options.grant))
     except KeyboardInterrupt:
         return 130
     finally:
@@ -128,17 +166,17 @@ def _start_failed() -> int:
     return 1
 
 
-class _OneLine(logging.Formatter):
-    """Log lines without tracebacks: diagnostics on stderr stay short and hold no source paths."""
-
-    def formatException(self, ei: object) -> str:  # noqa: N802 - logging's name
-        return ""
-
-    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
-        return ""
-
-
 def _log_to_stderr() -> None:
+    """Log lines without tracebacks: diagnostics on stderr stay short and hold no source paths."""
+    import logging
+
+    class OneLine(logging.Formatter):
+        def formatException(self, ei: object) -> str:  # noqa: N802 - logging's name
+            return ""
+
+        def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+            return ""
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLine(f"{PROG}: %(message)s"))
+    handler.setFormatter(OneLine(f"{PROG}: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)

@@ -88,7 +88,7 @@ def _scope_records(scope: str, session: Session) -> list[dict[str, Any]]:
     if scope not in default_scopes(session.view, session.selected):
         raise SCOPE_DENIED
     stores = reads.composed_stores(session, [scope])
-    reads.prepare(session, stores, None)
+    reads.prepare_retrieval(session, stores, records_only=True)
     records = sorted(
         (
             record

@@ -10,8 +10,9 @@ the same worker gets ready for the first call (`idle`).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -39,7 +40,7 @@ from stormbuffer.protocol.session import Session
 from . import idle, resources
 from .results import tool_result
 from .tools import WriteGrant, arguments_for, catalogue
-from .transport import answering_stdio
+from .transport import answering_files, answering_stdio
 
 SERVER_NAME = "stormbuffer-mcp"
 INSTRUCTIONS = (
@@ -55,11 +56,11 @@ T = TypeVar("T")
 class StormbufferServer:
     """Handlers bound to one session and write grant, plus what the host has sent so far."""
 
-    def __init__(self, session: Session, grant: WriteGrant) -> None:
+    def __init__(self, session: Session, grant: WriteGrant, worker: anyio.CapacityLimiter | None = None) -> None:
         self.session = session
         self.grant = grant
         self.activity = idle.Activity()
-        self._worker = anyio.CapacityLimiter(1)
+        self._worker = worker or anyio.CapacityLimiter(1)  # the daemon passes the one all its sessions share
 
     def sdk_server(self) -> Server[Any]:
         server: Server[Any] = Server(
@@ -131,19 +132,22 @@ class StormbufferServer:
         return await anyio.to_thread.run_sync(function, *args, limiter=self._worker)
 
 
+async def run_session(handlers: StormbufferServer, files: tuple[io.BufferedIOBase, BinaryIO] | None = None) -> None:
+    """Serve one host until its input ends: this process's stdio, or a reader and a writer (one
+    connection to the daemon)."""
+    server = handlers.sdk_server()
+    streams = answering_stdio() if files is None else answering_files(*files)
+    async with streams as (read_stream, write_stream), anyio.create_task_group() as tasks:
+        tasks.start_soon(handlers.warm_up)
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+        tasks.cancel_scope.cancel()
+
+
 def serve(session: Session, grant: WriteGrant) -> bool:
     """Serve one host over this process's stdin and stdout until stdin closes.
 
     Returns whether the host sent any request (False means it never started a session).
     """
     handlers = StormbufferServer(session, grant)
-
-    async def main() -> None:
-        server = handlers.sdk_server()
-        async with answering_stdio() as (read_stream, write_stream), anyio.create_task_group() as tasks:
-            tasks.start_soon(handlers.warm_up)
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-            tasks.cancel_scope.cancel()
-
-    anyio.run(main)
+    anyio.run(run_session, handlers)
     return handlers.activity.opened

@@ -16,13 +16,15 @@ does not give:
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
@@ -234,14 +236,15 @@ async def answering_streams(
             await outbound_send.aclose()
 
 
-class _FdReceive(ByteReceiveStream):
-    """Reads from a file descriptor in a worker thread; a cancelled read is abandoned, not awaited."""
+class _Receive(ByteReceiveStream):
+    """Reads with `read(max_bytes)` (a file descriptor's or a buffered file's) in a worker thread; a
+    cancelled read is abandoned, not awaited."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
 
     async def receive(self, max_bytes: int = READ_BYTES) -> bytes:
-        data = await anyio.to_thread.run_sync(os.read, self._fd, max_bytes, abandon_on_cancel=True)
+        data = await anyio.to_thread.run_sync(self._read, max_bytes, abandon_on_cancel=True)
         if not data:
             raise anyio.EndOfStream
         return data
@@ -250,11 +253,11 @@ class _FdReceive(ByteReceiveStream):
         return None
 
 
-class _FdSend(ByteSendStream):
-    """Writes whole messages to a file descriptor in a worker thread."""
+class _Send(ByteSendStream):
+    """Writes whole messages to a binary file in a worker thread."""
 
-    def __init__(self, fd: int) -> None:
-        self._file = os.fdopen(fd, "wb", closefd=False)
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
 
     async def send(self, item: bytes) -> None:
         await anyio.to_thread.run_sync(self._write, item)
@@ -285,10 +288,22 @@ def _claimed_stdio() -> Iterator[tuple[int, int]]:
 
 
 @asynccontextmanager
+async def answering_files(
+    reader: io.BufferedIOBase, writer: BinaryIO
+) -> AsyncIterator[
+    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+]:
+    """`answering_streams` over two binary files, a connection's reader and writer (the daemon's)."""
+    async with answering_streams(_Receive(reader.read1), _Send(writer)) as streams:
+        yield streams
+
+
+@asynccontextmanager
 async def answering_stdio() -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
     """`answering_streams` over this process's stdin and stdout."""
     with _claimed_stdio() as (wire_in, wire_out):
-        async with answering_streams(_FdReceive(wire_in), _FdSend(wire_out)) as streams:
+        writer = os.fdopen(wire_out, "wb", closefd=False)
+        async with answering_streams(_Receive(functools.partial(os.read, wire_in)), _Send(writer)) as streams:
             yield streams

@@ -41,14 +41,15 @@ class WarmEmbedder:
         self._lock = threading.Lock()
         self._embedder: Embedder | None = None
 
-    def get(self) -> tuple[Embedder | None, str | None]:
-        """The embedder, or `None` with the fallback reason of this attempt."""
-        from stormbuffer.embedding import ModelUnavailable
+    def get(self, *, acquire: bool = True) -> tuple[Embedder | None, str | None]:
+        """The embedder, or `None` with the fallback reason of this attempt. Without `acquire`, only
+        a model that is already prepared is opened, as `sbuf invoke` does."""
+        from stormbuffer.embedding import ModelUnavailable, load_embedder
 
         with self._lock:
             if self._embedder is None:
                 try:
-                    self._embedder = self._opener(self._cache_dir)
+                    self._embedder = (self._opener if acquire else load_embedder)(self._cache_dir)
                 except ModelUnavailable:
                     return None, MODEL_UNAVAILABLE
                 except Exception:  # EmbedderInitError, or the runtime refusing the model: recall goes lexical

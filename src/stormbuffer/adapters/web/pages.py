@@ -107,12 +107,11 @@ def search(session: Session, paths: StorePaths, filters: SearchFilters) -> Searc
     every access class, with the receipt that says what ran."""
     if not filters.query.strip():
         return SearchPage(filters, [], None)
-    from stormbuffer.retrieval import ContextOptions, SearchOptions, context, prepare_stores
+    from stormbuffer.retrieval import ContextOptions, SearchOptions, context, ready_for_retrieval
 
     view = session.view if paths == session.selected else View.GLOBAL
     stores = retrieval_stores(view, paths, session.dirs)
-    embedder, reason = session.embedder.get()
-    prepared = prepare_stores(stores, embedder, session.freshness)
+    ready = ready_for_retrieval(stores, session.embedder.get, session.freshness)
     options = SearchOptions(
         limit=filters.limit,
         include_inactive=filters.status != "",
@@ -123,8 +122,8 @@ def search(session: Session, paths: StorePaths, filters: SearchFilters) -> Searc
         stores,
         filters.query,
         ContextOptions(budget=SEARCH_BUDGET, search=options),
-        embedder=embedder,
-        fallback=prepared.fallback or reason,
+        embedder=ready.embedder,
+        fallback=ready.fallback,
     )
     blocks = [block.to_json() for block in result.blocks]
     if filters.status not in ("", "any"):

@@ -1,0 +1,382 @@
+"""The daemon: one process per user that serves every door's connections on its Unix socket.
+
+It keeps what is expensive to start: the MCP SDK, the model (one per model cache, shared by every
+session), the projections and vector matrices the retrieval layer caches, and one file watcher per
+store. Each connection says which door it is in its hello: `mcp` (an MCP session on the SDK with
+that relay's view, write grant, working directory and environment), `invoke` (one `sbuf invoke`),
+`status` or `stop`. Store operations of all sessions run one at a time in one worker thread, in
+the order they arrive, so the retrieval caches are never used from two threads.
+
+A service that should live as long as the daemon (for example an HTTP door) is a coroutine taking
+the `Shared` state, passed to `Daemon(services=...)`: it runs in the daemon's task group and builds
+its sessions with `Shared.session`, like the doors here.
+
+The daemon exits after `STORMBUFFER_DAEMON_IDLE_S` seconds without a connection (900 by default),
+on `sbuf daemon stop`, on SIGTERM, and when a door of another install asks for it (it stops
+listening at once, finishes its open sessions, then exits).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from stormbuffer import __version__
+
+from .runtime import (
+    MAX_HELLO_BYTES,
+    PROTOCOL,
+    SESSION_END,
+    Runtime,
+    encode_line,
+    idle_seconds,
+    install_identity,
+    runtime,
+    same_user,
+)
+
+MAX_CONNECTIONS = 128  # connections served at once; more wait in the listen backlog
+HELLO_TIMEOUT_S = 10.0
+MAX_LOG_BYTES = 1 << 20
+VALIDATE_ENV = "STORMBUFFER_VALIDATE_OUTPUT"
+
+logger = logging.getLogger("stormbuffer.daemon")
+
+Service = Callable[["Shared"], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class Shared:
+    """What every session of the daemon shares: the models, the store watchers, the one worker."""
+
+    worker: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+    models: dict[Path, Any] = field(default_factory=dict)  # cache dir -> WarmEmbedder
+    freshness: Any = None  # the FreshnessRegistry, made on first use
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def session(self, view: str, cwd: str, env: Mapping[str, str], *, acquire: bool) -> Any:
+        """The protocol session of a caller: its view, store, the shared model of its cache and the
+        shared watchers. `acquire`: whether a model never prepared is prepared (MCP) or the read
+        answers lexically (`sbuf invoke`). Raises when the store cannot be resolved."""
+        from stormbuffer.adapters.mcp.warm import WarmEmbedder
+        from stormbuffer.core.locks import lock_wait_from
+        from stormbuffer.core.stores import PlatformDirs, View, resolve_store
+        from stormbuffer.index.freshness import FreshnessRegistry
+        from stormbuffer.protocol.session import Session
+
+        if not Path(cwd).is_absolute():  # never the daemon's own working directory
+            raise ValueError("no working directory")
+        selected_view = View(view)
+        dirs = PlatformDirs.from_environ(env)
+        selected = resolve_store(selected_view, Path(cwd), dirs)
+        with self._lock:
+            model = self.models.setdefault(selected.cache_dir, WarmEmbedder(selected.cache_dir))
+            if self.freshness is None:
+                self.freshness = FreshnessRegistry()
+        slot = model if acquire else _Prepared(model)
+        return Session(selected_view, selected, dirs, slot, self.freshness, lock_wait=lock_wait_from(env))
+
+    def close(self) -> None:
+        if self.freshness is not None:
+            self.freshness.close()
+
+
+class _Prepared:
+    """A shared model slot that never prepares a model, only opens one `sbuf init` prepared."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def get(self) -> Any:
+        return self._model.get(acquire=False)
+
+
+class Connection:
+    """One accepted socket with its buffered reader and writer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
+        self.sock = sock
+        self.reader: io.BufferedReader = sock.makefile("rb")
+
+    def reply(self, message: Mapping[str, Any]) -> None:
+        self.sock.sendall(encode_line(message))
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+
+class Daemon:
+    def __init__(self, place: Runtime, env: Mapping[str, str], services: Sequence[Service] = ()) -> None:
+        self.place = place
+        self.identity = install_identity(env)
+        self.idle_s = idle_seconds(env)
+        self.services = services
+        self.shared = Shared()
+        self.started = time.time()
+        self.sessions = 0
+        self.served = 0
+        self._last_active = time.monotonic()
+        self._listener: socket.socket | None = None
+        self._lock_fd: int | None = None
+        self._slots = anyio.CapacityLimiter(MAX_CONNECTIONS)
+        self._stopping = False
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def claim(self) -> bool:
+        """Take the runtime directory's lock and bind the socket; False when another daemon serves."""
+        fd = os.open(self.place.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+        self.place.socket.unlink(missing_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(os.fspath(self.place.socket))
+        os.chmod(self.place.socket, 0o600)
+        listener.listen(64)
+        listener.setblocking(False)
+        self._listener = listener
+        return True
+
+    def give_way(self) -> None:
+        """Stop listening and free the socket path and lock for a successor; open sessions go on."""
+        if self._listener is not None:
+            anyio.notify_closing(self._listener)
+            self._listener.close()
+            self._listener = None
+            self.place.socket.unlink(missing_ok=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def stop(self) -> None:
+        """End the daemon now: no new connections, open sessions are cut."""
+        self._stopping = True
+        self.give_way()
+        if self._tasks is not None:
+            self._tasks.cancel_scope.cancel()
+
+    async def serve(self) -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = MAX_CONNECTIONS * 2 + 8
+        try:
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                tasks.start_soon(self._idle_exit)
+                tasks.start_soon(self._warm_imports)
+                for service in self.services:
+                    tasks.start_soon(service, self.shared)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    tasks.start_soon(self._on_signals, signals)
+                    await self._accept(tasks)
+        finally:
+            self.give_way()
+            self.shared.close()
+
+    async def _on_signals(self, signals: Any) -> None:
+        async for _signal in signals:
+            self.stop()
+
+    async def _accept(self, tasks: anyio.abc.TaskGroup) -> None:
+        while self._listener is not None:
+            try:
+                await anyio.wait_readable(self._listener)
+                sock, _address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            except (OSError, ValueError, anyio.ClosedResourceError):  # the listener was closed (give_way)
+                break
+            self._last_active = time.monotonic()
+            tasks.start_soon(self._serve_connection, sock)
+        while self.sessions and not self._stopping:  # gave way: finish the open sessions, then exit
+            await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+
+    async def _idle_exit(self) -> None:
+        """Exit after `idle_s` without a connection, or once the socket was removed (its directory
+        deleted, for example): no door could reach this daemon any more."""
+        while True:
+            await anyio.sleep(min(1.0, self.idle_s / 4))
+            if self._listener is not None and not self.place.socket.exists():
+                logger.info("the socket was removed: exiting")
+                self.stop()
+                return
+            if not self.sessions and time.monotonic() - self._last_active >= self.idle_s:
+                logger.info("idle for %.0f s: exiting", self.idle_s)
+                self.stop()
+                return
+
+    async def _warm_imports(self) -> None:
+        """Import what the doors need, so the first session skips it."""
+        for module in ("stormbuffer.adapters.mcp.server", "stormbuffer.protocol.invoke", "stormbuffer.retrieval"):
+            await anyio.to_thread.run_sync(_import, module, limiter=self.shared.worker)
+
+    # -- connections ----------------------------------------------------------------------
+
+    async def _serve_connection(self, sock: socket.socket) -> None:
+        async with self._slots:
+            connection = Connection(sock)
+            self.sessions += 1
+            try:
+                if same_user(sock):
+                    await self._door(connection)
+            except Exception as exc:  # one broken connection never ends the daemon
+                logger.warning("connection ended: %s", type(exc).__name__)
+            finally:
+                self.sessions -= 1
+                self.served += 1
+                self._last_active = time.monotonic()
+                connection.close()
+
+    async def _door(self, connection: Connection) -> None:
+        with anyio.fail_after(HELLO_TIMEOUT_S):
+            line = await anyio.to_thread.run_sync(connection.reader.readline, MAX_HELLO_BYTES)
+        message = json.loads(line) if line.endswith(b"\n") else None
+        if not isinstance(message, dict) or message.get("protocol") != PROTOCOL:
+            connection.reply({"ok": False, "reason": "bad_hello"})
+            return
+        door = message.get("door")
+        if door == "status":
+            connection.reply({"ok": True, **self.status()})
+            return
+        if door == "stop":
+            connection.reply({"ok": True, "pid": os.getpid()})
+            self.stop()
+            return
+        if message.get("install") != self.identity:
+            logger.info("a door of another install connected: giving way")
+            connection.reply({"ok": False, "reason": "other_install"})
+            self.give_way()
+            return
+        if door == "mcp":
+            await self._mcp(connection, message)
+        elif door == "invoke":
+            await self._invoke(connection, message)
+        else:
+            connection.reply({"ok": False, "reason": "unknown_door"})
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "install": self.identity,
+            "sessions": self.sessions - 1,  # not counting the asking connection
+            "served": self.served,
+            "uptime_s": round(time.time() - self.started, 1),
+            "idle_exit_s": self.idle_s,
+            "rss_kib": _rss_kib(),
+            "open_files": _open_files(),
+        }
+
+    async def _mcp(self, connection: Connection, message: Mapping[str, Any]) -> None:
+        from stormbuffer.adapters.mcp.server import StormbufferServer, run_session
+        from stormbuffer.adapters.mcp.tools import WriteGrant
+
+        try:
+            session = self.shared.session(str(message["view"]), str(message["cwd"]), dict(message["env"]), acquire=True)
+            grant = WriteGrant(message["grant"])
+        except Exception:
+            connection.reply({"ok": False, "reason": "start_failed"})
+            return
+        connection.reply({"ok": True, "pid": os.getpid()})
+        writer = connection.sock.makefile("wb")
+        try:
+            await run_session(StormbufferServer(session, grant, self.shared.worker), (connection.reader, writer))
+            writer.flush()
+            connection.sock.sendall(SESSION_END)
+        finally:
+            writer.close()
+
+    async def _invoke(self, connection: Connection, message: Mapping[str, Any]) -> None:
+        from stormbuffer.protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
+
+        operation = str(message.get("operation"))
+        length = int(message.get("length", 0))
+        connection.reply({"ok": True, "pid": os.getpid()})
+        data = await anyio.to_thread.run_sync(connection.reader.read, min(length, MAX_INPUT_BYTES + 1))
+        env = dict(message.get("env", {}))
+
+        def answer() -> dict[str, Any]:
+            try:
+                session = self.shared.session(str(message.get("view")), str(message.get("cwd")), env, acquire=False)
+            except Exception:
+                line = encode(failure(operation, "internal_error", "could not resolve the selected store"))
+                return {"line": line, "ok": False, "problems": []}
+            answered = invoke_line(operation, data, session, validate=env.get(VALIDATE_ENV) == "1")
+            return {"line": answered.line, "ok": answered.ok, "problems": answered.problems}
+
+        result = await anyio.to_thread.run_sync(answer, limiter=self.shared.worker)
+        connection.reply(result)
+
+
+def _import(module: str) -> None:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # only a head start is lost; the door that needs it reports it
+        logger.warning("warm-up import failed: %s", type(exc).__name__)
+
+
+def _rss_kib() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _open_files() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def main() -> None:
+    """`python -m stormbuffer.daemon`: serve until idle, stopped, or replaced; exit 0 when another
+    daemon already serves this runtime directory."""
+    from stormbuffer.adapters.mcp.sdk import defer_package_inits
+    from stormbuffer.threads import limit_math_threads
+
+    limit_math_threads()
+    defer_package_inits()  # before the first import of the SDK
+    if os.fstat(2).st_size > MAX_LOG_BYTES:  # stderr is the log in the runtime directory
+        os.ftruncate(2, 0)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s stormbuffer-daemon[%(process)d]: %(message)s")
+    logger.setLevel(logging.INFO)
+    place = runtime(os.environ, create=True)
+    if place is None:
+        logger.error("no private runtime directory")
+        sys.exit(1)
+    daemon = Daemon(place, os.environ)
+    if not daemon.claim():
+        sys.exit(0)
+    logger.info("serving %s (version %s)", place.socket, __version__)
+    anyio.run(daemon.serve)
+    logger.info("exited after serving %d connections", daemon.served)
