@@ -9,14 +9,23 @@ from pathlib import Path
 import pytest
 
 from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model, load_embedder
-from tests.helpers import run_sbuf, sbuf_env, stop_daemons
+from tests.helpers import ENVIRONMENTS, run_sbuf, sbuf_env, stop_daemons
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_daemon_left_by_the_module() -> Iterator[None]:
+    """Every test module ends with no daemon running: any that a test environment started is stopped."""
+    yield
+    stop_daemons()
 
 
 @pytest.fixture(autouse=True)
-def no_daemon_left_running() -> Iterator[None]:
-    """Every test ends with no daemon running: any that a test environment started is stopped."""
+def no_daemon_left_by_the_test() -> Iterator[None]:
+    """Every test ends with no daemon of its own running; daemons of the module's shared environments
+    (made before the test) serve the module's later tests too."""
+    before = set(ENVIRONMENTS)
     yield
-    stop_daemons()
+    stop_daemons(keep=before)
 
 
 @pytest.fixture(scope="session")

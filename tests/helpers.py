@@ -10,7 +10,7 @@ import select
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,16 +257,19 @@ def editor(box: Sandbox, name: str, code: str) -> str:
     return str(script)
 
 
-def stop_daemons() -> list[int]:
-    """Stop every daemon that an environment made by `sbuf_env` started (`sbuf daemon stop`'s way,
-    then SIGKILL if it is still there); the process ids of those that were running."""
+def stop_daemons(keep: Collection[Path] = ()) -> list[int]:
+    """Stop every daemon that an environment made by `sbuf_env` started, but those of the environments
+    made under the bases in `keep` (`sbuf daemon stop`'s way, then SIGKILL if it is still there); the
+    process ids of those that were running."""
     import signal
 
     from stormbuffer.daemon.relay import running, stop
     from stormbuffer.daemon.runtime import Runtime, runtime_directory
 
     stopped = []
-    for env in list(ENVIRONMENTS.values()):
+    for base, env in list(ENVIRONMENTS.items()):
+        if base in keep:
+            continue
         directory = runtime_directory(env)
         if directory is None or not (directory / "daemon.lock").exists():
             continue

@@ -13,7 +13,6 @@ import subprocess
 import time
 
 from stormbuffer.core.stores import PlatformDirs, View, resolve_store
-from tests.cli.conftest import acquired_models, sandbox  # noqa: F401 - fixtures
 from tests.helpers import SBUF
 from tests.mcp.conftest import Store, store  # noqa: F401 - fixture
 

@@ -6,7 +6,7 @@ memory tools every time, and the recall's result (a seeded record's id) reaches 
 
 from __future__ import annotations
 
-from tests.cli.conftest import acquired_models, sandbox  # noqa: F401 - fixtures
+from tests.cli.conftest import sandbox  # noqa: F401 - a fixture shared with the CLI tests
 from tests.daemon.codex import TOOLS, listed_tools, run_codex
 from tests.daemon.sessions import session
 from tests.mcp.conftest import ACTIVE_ID, Store, store  # noqa: F401 - fixture

@@ -19,7 +19,7 @@ import pytest
 
 from stormbuffer.daemon import relay
 from stormbuffer.daemon.runtime import PROTOCOL, SESSION_END, Runtime, install_identity, peer_uid, runtime
-from tests.cli.conftest import acquired_models, sandbox  # noqa: F401 - fixtures
+from tests.cli.conftest import sandbox  # noqa: F401 - a fixture shared with the CLI tests
 from tests.daemon.sessions import session
 from tests.helpers import Sandbox
 from tests.mcp.conftest import (
