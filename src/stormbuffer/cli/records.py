@@ -202,7 +202,7 @@ def status(as_json: bool) -> None:
     for name, value in lines:
         click.echo(out.field(name, value))
     for name in report.get("invalid_files", []):
-        shown = f"{one_line(name)} (left out; repair it, then run `sbuf sync`)"
+        shown = f"{one_line(name)} (left out; repair it, then run `sbuf {cli.scope_flag} sync`)"
         click.echo(out.field("Invalid file", out.warning(shown)))
 
 

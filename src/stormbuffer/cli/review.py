@@ -13,7 +13,7 @@ from ..core.repository import Repository, StoredRecord
 from ..core.scopes import parse_scope
 from ..core.timestamps import Timestamp
 from .context import current, fail
-from .failures import failing
+from .failures import failing, warn_degraded
 from .main import command
 from .records import selected_store
 from .text import one_line
@@ -22,10 +22,13 @@ MAX_DAYS = 36_500  # a century: larger ages are a typing mistake, not a policy
 
 
 def _read_store(context: str) -> list[StoredRecord]:
-    """Every record of the selected store, read without the lock and without recovery."""
+    """Every valid record of the selected store, read without the lock and without recovery; an
+    invalid record file is left out, with a warning on stderr."""
     repository = Repository(selected_store())
     with failing(context):
-        return repository.scan_read_only()
+        stored, invalid = repository.scan_valid()
+    warn_degraded(invalid)
+    return stored
 
 
 # ---- inbox ---------------------------------------------------------------------------------------

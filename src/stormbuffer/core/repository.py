@@ -173,6 +173,27 @@ class Repository:
                 progress(done, len(files))
         return stored
 
+    def scan_valid(self) -> tuple[list[StoredRecord], list[tuple[str, str]]]:
+        """Parse every record file, writing nothing: the valid records, and the invalid files left out
+        (store-relative path, reason), so that a review reads a degraded store instead of failing.
+        A foreign-scope or duplicate record still fails the scan."""
+        scope = self.scope
+        seen: set[str] = set()
+        stored, invalid = [], []
+        for path in record_files(self.paths.records):
+            try:
+                item = self._read(path)
+            except RecordError as exc:
+                invalid.append((path.relative_to(self.paths.root).as_posix(), exc.detail))
+                continue
+            if item.record.scope != scope:
+                raise ScopeDenied(item.record.id)
+            if item.record.id in seen:
+                raise StoreIntegrityError(f"record {item.record.id} appears in multiple files")
+            seen.add(item.record.id)
+            stored.append(item)
+        return stored, invalid
+
     def find(self, record_id: str) -> StoredRecord:
         """One record by id, any status: `records/<id>.md` when it holds it, else the file the projection names."""
         scope = self.scope

@@ -36,7 +36,7 @@ def _text(record: Record) -> str:
 
 def inbox(paths: StorePaths) -> list[InboxItem]:
     """Every candidate of the store with its overlap hint and, for an update, the diff it would make."""
-    stored = Repository(paths).scan_read_only()
+    stored, _invalid = Repository(paths).scan_valid()  # the health page names invalid files
     records = _by_id(stored)
     items = []
     for candidate in review.candidates(stored, Timestamp.now()):
@@ -61,7 +61,7 @@ def record_page(paths: StorePaths, record_id: str) -> RecordPage:
     """One record, its entity tag and its supersession history within the store. NotFound if absent."""
     repository = Repository(paths)
     current = repository.find(record_id)
-    records = _by_id(repository.scan_read_only())
+    records = _by_id(repository.scan_valid()[0])
     older, seen = [], {record_id}
     step = current.record
     while len(step.supersedes) == 1 and step.supersedes[0] in records and step.supersedes[0] not in seen:
@@ -143,7 +143,7 @@ def health(paths: StorePaths, sbuf: str) -> Health:
     from stormbuffer.core.records import STATUSES
     from stormbuffer.index.doctor import doctor_store
 
-    stored_records = Repository(paths).scan_read_only()
+    stored_records, _invalid = Repository(paths).scan_valid()  # doctor names the invalid files
     counts = dict.fromkeys(STATUSES, 0)
     for item in stored_records:
         counts[item.record.status] += 1
