@@ -13,7 +13,8 @@ Ordering: hybrid and semantic hits are ordered by score, the current scope break
 the +0.1 current-scope boost makes an equally relevant project memory come before a global one,
 while a clearly more relevant global memory can still rank first. Lexical-only results keep
 several chunks per record and are ordered by kind of match, then scope, then bm25 (see
-`hits.by_lexical_tier`).
+`hits.by_lexical_tier`). A hybrid query that names a time (`timeref`) also prefers records near
+it, relative to `options.now` (default: the clock).
 """
 
 from __future__ import annotations
