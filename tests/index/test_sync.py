@@ -193,7 +193,7 @@ def test_deleted_corrupt_and_foreign_version_projections_are_rebuilt(store: Stor
     assert sync_store(store).rebuilt and titles(store, "lighthouse") == ["Durable"]
 
     with sqlite3.connect(store.index_path) as conn:
-        conn.execute("PRAGMA user_version = 6")
+        conn.execute(f"PRAGMA user_version = {pj.PROJECTION_VERSION + 1}")
     report = sync_store(store)
     assert report.rebuilt and report.indexed == 1
     assert rows(store, "PRAGMA user_version") == [(pj.PROJECTION_VERSION,)]
