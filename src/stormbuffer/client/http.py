@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 from pydantic import BaseModel
 
-from .models import parse_envelope
+from .models import json_object, parse_envelope
 from .operations import Operations
 
 DEFAULT_URL = "http://127.0.0.1:7342"
@@ -28,10 +28,7 @@ class HttpExchange:
 
     def envelope(self) -> dict[str, Any]:
         """The JSON object of the answer; ValueError when there is none."""
-        value = json.loads(self.content)
-        if not isinstance(value, dict):
-            raise ValueError("the answer is not a JSON object")
-        return value
+        return json_object(self.content)
 
 
 class HttpClient(Operations):

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .models import parse_envelope
+from .models import json_object, parse_envelope
 from .operations import Operations
 
 VIEWS = ("global", "project", "local")
@@ -29,10 +29,7 @@ class Exchange:
 
     def envelope(self) -> dict[str, Any]:
         """The JSON object on standard output; ValueError when there is none."""
-        value = json.loads(self.stdout)
-        if not isinstance(value, dict):
-            raise ValueError("standard output is not a JSON object")
-        return value
+        return json_object(self.stdout)
 
 
 class InvokeClient(Operations):

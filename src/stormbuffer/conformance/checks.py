@@ -664,6 +664,17 @@ BEHAVIOURS: list[tuple[str, str, Behaviour, bool]] = [
 ]
 
 
+# Per door: the id and summary of its transport check, and its output bound (bytes, summary).
+AGGREGATES: list[tuple[str, tuple[str, str], tuple[int, str]]] = [
+    (INVOKE, ("transport", "one line on stdout, nothing on stderr, exit status 0 iff ok"),
+     (MAX_INVOKE_OUTPUT, "every answer line is at most 262144 bytes")),
+    (MCP, ("structured-content", "content[0].text is structuredContent; isError iff not ok"),
+     (MAX_MCP_ENVELOPE, "every tool envelope is at most 122880 bytes")),
+    (HTTP, ("transport", "a JSON body; status 200 iff ok, else the status of the error code"),
+     (MAX_HTTP_BODY, "every answer body is at most 262143 bytes")),
+]  # fmt: skip
+
+
 def through(behaviour: Behaviour, door: str) -> Callable[[Run], None]:
     return lambda run: behaviour(run, door)
 
@@ -703,30 +714,14 @@ def catalogue() -> list[Check]:
     ]
     found += [Check(f"equivalence.http.{ex.name}", served | invoke, "invoke and HTTP give the same envelope",
                     equivalent(ex, HTTP)) for ex in examples()]  # fmt: skip
-    found += [
-        Check("invoke.envelopes", invoke, "every envelope is valid against its schemas",
-              each_answer(INVOKE, envelope_problem), aggregate=True),
-        Check("invoke.transport", invoke, "one line on stdout, nothing on stderr, exit status 0 iff ok",
-              each_answer(INVOKE, recorded_problem), aggregate=True),
-        Check("invoke.sanitized", invoke, "no host path, traceback or echoed secret; fixed messages",
-              each_answer(INVOKE, sanitization_problem), aggregate=True),
-        Check("invoke.bounds.output", invoke, "every answer line is at most 262144 bytes",
-              each_answer(INVOKE, size_problem(MAX_INVOKE_OUTPUT)), aggregate=True),
-        Check("mcp.envelopes", mcp, "every envelope is valid against its schemas",
-              each_answer(MCP, envelope_problem), aggregate=True),
-        Check("mcp.structured-content", mcp, "content[0].text is structuredContent; isError iff not ok",
-              each_answer(MCP, recorded_problem), aggregate=True),
-        Check("mcp.sanitized", mcp, "no host path, traceback or echoed secret; fixed messages",
-              each_answer(MCP, sanitization_problem), aggregate=True),
-        Check("mcp.bounds.output", mcp, "every tool envelope is at most 122880 bytes",
-              each_answer(MCP, size_problem(MAX_MCP_ENVELOPE)), aggregate=True),
-        Check("http.envelopes", http, "every envelope is valid against its schemas",
-              each_answer(HTTP, envelope_problem), aggregate=True),
-        Check("http.transport", http, "a JSON body; status 200 iff ok, else the status of the error code",
-              each_answer(HTTP, recorded_problem), aggregate=True),
-        Check("http.sanitized", http, "no host path, traceback or echoed secret; fixed messages",
-              each_answer(HTTP, sanitization_problem), aggregate=True),
-        Check("http.bounds.output", http, "every answer body is at most 262143 bytes",
-              each_answer(HTTP, size_problem(MAX_HTTP_BODY)), aggregate=True),
-    ]  # fmt: skip
+    for door, transport, limit in AGGREGATES:
+        doors, run_on = frozenset({door}), (lambda problem, door=door: each_answer(door, problem))
+        found += [
+            Check(f"{door}.envelopes", doors, "every envelope is valid against its schemas",
+                  run_on(envelope_problem), aggregate=True),
+            Check(f"{door}.{transport[0]}", doors, transport[1], run_on(recorded_problem), aggregate=True),
+            Check(f"{door}.sanitized", doors, "no host path, traceback or echoed secret; fixed messages",
+                  run_on(sanitization_problem), aggregate=True),
+            Check(f"{door}.bounds.output", doors, limit[1], run_on(size_problem(limit[0])), aggregate=True),
+        ]  # fmt: skip
     return found
