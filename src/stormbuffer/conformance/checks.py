@@ -107,6 +107,7 @@ class Run:
         self.http_url = http
         self.http_serve = http_serve
         self._servers: list[Served] = []
+        self._serve_failed = False
         self._http_doors: list[HttpDoor] = []
         self.selected = frozenset(selected)  # check ids whose example answers are fetched together
         self.recorder = Recorder()
@@ -159,9 +160,15 @@ class Run:
         return self.session(self.scoped, "none")
 
     def serve(self, place: Place) -> HttpDoor:
-        """The HTTP door of a server the kit starts in `place`."""
+        """The HTTP door of a server the kit starts in `place`; after one that never listened, every
+        later start fails at once."""
         assert self.http_serve is not None
-        served = Served(self.http_serve, place)
+        expect(not self._serve_failed, "an earlier server did not accept connections on its port")
+        try:
+            served = Served(self.http_serve, place)
+        except RuntimeError:
+            self._serve_failed = True  # one wait of SERVE_TIMEOUT_S per run, not one per check
+            raise
         self._servers.append(served)
         return self._door(served.url)
 

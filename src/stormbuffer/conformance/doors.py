@@ -190,8 +190,11 @@ class Served:
                 return
             except OSError:
                 time.sleep(0.05)
+        status = self.process.poll()
         self.close()
-        raise RuntimeError("the server did not accept connections on its port")
+        if status is not None:
+            raise RuntimeError(f"the server exited with status {status} before accepting connections")
+        raise RuntimeError(f"the server did not accept connections within {SERVE_TIMEOUT_S:.0f} s")
 
     def close(self) -> None:
         if self.process.poll() is None:
