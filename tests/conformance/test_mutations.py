@@ -1,8 +1,9 @@
 """The kit fails, naming the right check, against deliberately broken stand-ins of the real doors.
 
-Each stand-in (tests/conformance/stand_ins/) wraps the real `sbuf` or `stormbuffer-mcp` and breaks
-one rule. The kit runs the check that must catch it and a neighbouring check that must still pass,
-so a failure is attributed to the right check, not to a stand-in that broke everything.
+Each stand-in (tests/conformance/stand_ins/) wraps the real `sbuf`, `stormbuffer-mcp` or `sbuf serve`
+(a relay on the port the kit gave, in front of the real server) and breaks one rule. The kit runs the
+check that must catch it and a neighbouring check that must still pass, so a failure is attributed
+to the right check, not to a stand-in that broke everything.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ MUTATIONS = [
     ("writes_without_grant", "mcp", "mcp.read-only", "mcp.initialize"),
     ("candidate_grant_widened", "mcp", "mcp.candidate-writes", "mcp.read-only"),
     ("recall_ignores_scope", "mcp", "mcp.recall-scope", "mcp.initialize"),
+    ("http_wrong_status", "http_serve", "http.transport", "http.envelopes"),
+    ("http_host_path", "http_serve", "http.sanitized", "http.transport"),
+    ("http_foreign_host", "http_serve", "http.host", "http.origin"),
 ]
 
 

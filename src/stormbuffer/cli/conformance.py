@@ -26,6 +26,20 @@ from .context import current, fail
     help="A program speaking `CMD --stdio --project [--allow-writes]` (e.g. `stormbuffer-mcp`).",
 )
 @click.option(
+    "--http",
+    "http",
+    multiple=True,
+    metavar="URL",
+    help="A running server answering `POST URL/v1/invoke/<operation>` (e.g. `http://127.0.0.1:7342`).",
+)
+@click.option(
+    "--http-serve",
+    "http_serve",
+    multiple=True,
+    metavar="CMD",
+    help="A program the kit starts as `CMD --project serve --port N` in its throwaway store (e.g. `sbuf`).",
+)
+@click.option(
     "-k",
     "--select",
     "patterns",
@@ -34,22 +48,33 @@ from .context import current, fail
     help="Run only the checks whose id matches (e.g. 'mcp.*'); repeatable.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def conformance(invoke: tuple[str, ...], mcp: tuple[str, ...], patterns: tuple[str, ...], as_json: bool) -> None:
+def conformance(
+    invoke: tuple[str, ...],
+    mcp: tuple[str, ...],
+    http: tuple[str, ...],
+    http_serve: tuple[str, ...],
+    patterns: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Check an implementation of the version-1 protocol against the contract.
 
-    Each door is a command line quoted as one argument; give --invoke, --mcp or both (then the two are
-    also compared). The checks run in a throwaway store made for the run and removed afterwards; each
-    is reported as pass or fail with a one-line reason. Exit status 0 iff every check passes.
+    Each door is a command line quoted as one argument, or the URL of a running HTTP server; give any
+    of them (doors given together are also compared with --invoke). A running server's store is its
+    own, so --http runs only the checks that hold in any store; --http-serve runs them all. The checks
+    run in a throwaway store made for the run and removed afterwards; each is reported as pass or fail
+    with a one-line reason. Exit status 0 iff every check passes.
     """
     from stormbuffer.conformance import Outcome, run
     from stormbuffer.conformance.doors import parse_command
 
-    if not invoke and not mcp:
-        raise click.UsageError("give --invoke CMD, --mcp CMD or both")
-    if len(invoke) > 1 or len(mcp) > 1:
-        raise click.UsageError("give each door once")
+    if not invoke and not mcp and not http and not http_serve:
+        raise click.UsageError("give --invoke CMD, --mcp CMD, --http URL or --http-serve CMD")
+    if any(len(door) > 1 for door in (invoke, mcp, http, http_serve)) or (http and http_serve):
+        raise click.UsageError("give each door once, and either --http or --http-serve")
+    if http and not http[0].startswith(("http://", "https://")):
+        raise click.UsageError("--http takes a URL such as http://127.0.0.1:7342")
     try:
-        doors = [parse_command(door[0]) if door else None for door in (invoke, mcp)]
+        doors = [parse_command(door[0]) if door else None for door in (invoke, mcp, http_serve)]
     except ValueError:
         fail("a door's command is empty or badly quoted")
     out, err = current().out(), current().err()
@@ -62,7 +87,8 @@ def conformance(invoke: tuple[str, ...], mcp: tuple[str, ...], patterns: tuple[s
         else:
             click.echo(f"{mark} {outcome.id}: {outcome.reason}", color=True)
 
-    report = run(invoke=doors[0], mcp=doors[1], patterns=patterns, progress=show)
+    report = run(invoke=doors[0], mcp=doors[1], http=http[0] if http else None, http_serve=doors[2],
+                 patterns=patterns, progress=show)  # fmt: skip
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:

@@ -1,8 +1,9 @@
 """Typed clients for the version-1 protocol, returning the Pydantic models generated from `schema/v1`.
 
 `InvokeClient` runs `sbuf invoke` once per request; `McpClient` keeps one `stormbuffer-mcp` session
-over stdio. A success gives the operation's result model (`stormbuffer_models`), a failure raises
-`ProtocolFailure` with the envelope's stable `code` and fixed `message`:
+over stdio; `HttpClient` posts to `/v1/invoke/{operation}` of a running `sbuf serve`. A success gives
+the operation's result model (`stormbuffer_models`), a failure raises `ProtocolFailure` with the
+envelope's stable `code` and fixed `message`:
 
     from stormbuffer.client import InvokeClient
 
@@ -13,21 +14,23 @@ over stdio. A success gives the operation's result model (`stormbuffer_models`),
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .invoke import Exchange, InvokeClient
 from .models import ProtocolFailure, parse_envelope, result_model
 
 if TYPE_CHECKING:
+    from .http import HttpClient
     from .mcp import McpClient
 
-__all__ = ["Exchange", "InvokeClient", "McpClient", "ProtocolFailure", "parse_envelope", "result_model"]
+__all__ = ["Exchange", "HttpClient", "InvokeClient", "McpClient", "ProtocolFailure", "parse_envelope", "result_model"]
+_LAZY = {"McpClient": "mcp", "HttpClient": "http"}
 
 
 def __getattr__(name: str) -> Any:
-    """`McpClient` imports the MCP SDK, so it is loaded only when asked for."""
-    if name == "McpClient":
-        from .mcp import McpClient
-
-        return McpClient
+    """`McpClient` imports the MCP SDK and `HttpClient` an HTTP client, so each is loaded only when
+    asked for."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(name)

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .models import parse_envelope
+from .models import json_object, parse_envelope
+from .operations import Operations
 
 VIEWS = ("global", "project", "local")
 
@@ -28,13 +29,10 @@ class Exchange:
 
     def envelope(self) -> dict[str, Any]:
         """The JSON object on standard output; ValueError when there is none."""
-        value = json.loads(self.stdout)
-        if not isinstance(value, dict):
-            raise ValueError("standard output is not a JSON object")
-        return value
+        return json_object(self.stdout)
 
 
-class InvokeClient:
+class InvokeClient(Operations):
     """Runs `command --<view> invoke <operation>` (e.g. `sbuf --project invoke search`) per request.
 
     `command` is the program and its leading arguments (default `sbuf`); `cwd` selects the project
@@ -74,35 +72,3 @@ class InvokeClient:
     def call(self, operation: str, request: Mapping[str, Any]) -> BaseModel:
         """The result model of `operation`; `ProtocolFailure` when the envelope reports a failure."""
         return parse_envelope(operation, self.envelope(operation, request))
-
-    def search(self, **request: Any) -> BaseModel:
-        """`SearchResult` (`.root` is the list of `SearchHit`)."""
-        return self.call("search", request)
-
-    def context(self, **request: Any) -> BaseModel:
-        """`ContextResult`: blocks, the trust contract and the receipt."""
-        return self.call("context", request)
-
-    def get(self, **request: Any) -> BaseModel:
-        """`GetResult` (`.root` is the `Record`)."""
-        return self.call("get", request)
-
-    def remember(self, **request: Any) -> BaseModel:
-        """`RememberResult`: the proposal outcome of a new candidate."""
-        return self.call("remember", request)
-
-    def update(self, **request: Any) -> BaseModel:
-        """`UpdateResult`: the proposal outcome of a replacement candidate."""
-        return self.call("update", request)
-
-    def propose(self, **request: Any) -> BaseModel:
-        """`ProposeResult`: the proposal outcome of a full record."""
-        return self.call("propose", request)
-
-    def supersede(self, **request: Any) -> BaseModel:
-        """`SupersedeResult`: the active replacement."""
-        return self.call("supersede", request)
-
-    def archive(self, **request: Any) -> BaseModel:
-        """`ArchiveResult`: the archived record's new state."""
-        return self.call("archive", request)

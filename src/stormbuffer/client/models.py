@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,14 @@ class ProtocolFailure(Exception):
         self.operation = operation
         self.code = code
         self.message = message
+
+
+def json_object(data: bytes) -> dict[str, Any]:
+    """The JSON object `data` holds; ValueError when it holds something else."""
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError("the answer is not a JSON object")
+    return value
 
 
 def result_model(operation: str) -> type[BaseModel]:

@@ -1,10 +1,12 @@
 """The version-1 contract as named checks, each of which passes or fails with a one-line reason.
 
-Checks are grouped by door: `invoke.*` run `sbuf invoke`, `mcp.*` run `stormbuffer-mcp`, and
-`equivalence.*` compare the two. `*.example.<operation>/<case>` run one `schema/v1` example; the
-aggregate checks (`envelopes`, `transport`, `structured-content`, `sanitized`, `bounds.output`)
-judge every answer the run received through their door, after a few probes of their own, so they
-run last.
+Checks are grouped by door: `invoke.*` run `sbuf invoke`, `mcp.*` run `stormbuffer-mcp`, `http.*` post
+to `/v1/invoke/{operation}`, and `equivalence.*` compare a door with `sbuf invoke`
+(`equivalence.<example>` MCP, `equivalence.http.<example>` HTTP). HTTP checks that need to know the
+store run only when the kit starts the server itself (the `http-serve` door).
+`*.example.<operation>/<case>` run one `schema/v1` example; the aggregate checks (`envelopes`,
+`transport`, `structured-content`, `sanitized`, `bounds.output`) judge every answer the run received
+through their door, after a few probes of their own, so they run last.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from stormbuffer.core.secrets import contains_secret
 from stormbuffer.core.timestamps import Timestamp
 
 from . import messages
-from .doors import INVOKE, MCP, TOOLS, Call, InvokeDoor, McpSession, Recorder
+from .doors import HTTP, HTTP_SERVE, INVOKE, MCP, TOOLS, Call, HttpDoor, InvokeDoor, McpSession, Recorder, Served
 from .examples import Example, difference, examples, mask_generated, mask_semantic
 from .store import GLOBAL_RECORD_ID, PROJECT_SCOPE, Place, ThrowawayStore, record_markdown
 
 MAX_INVOKE_INPUT = 262144
 MAX_INVOKE_OUTPUT = 262144  # the line, newline included
 MAX_MCP_ENVELOPE = 122880
+MAX_HTTP_BODY = MAX_INVOKE_OUTPUT - 1  # the line, without its newline
+FOREIGN = "attacker.example"
 ACTIVE_ID = "0194d2a1-1111-7a01-8a01-000000000001"
 MISSING_ID = "0194d2a1-0000-7a00-8a00-000000000000"
 TOKEN = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
@@ -90,9 +94,21 @@ class Run:
     """One run against the doors given: the throwaway store, the record of calls, and caches."""
 
     def __init__(
-        self, store: ThrowawayStore, invoke: list[str] | None, mcp: list[str] | None, selected: Iterable[str] = ()
+        self,
+        store: ThrowawayStore,
+        invoke: list[str] | None,
+        mcp: list[str] | None,
+        selected: Iterable[str] = (),
+        *,
+        http: str | None = None,
+        http_serve: list[str] | None = None,
     ) -> None:
         self.store = store
+        self.http_url = http
+        self.http_serve = http_serve
+        self._servers: list[Served] = []
+        self._serve_failed = False
+        self._http_doors: list[HttpDoor] = []
         self.selected = frozenset(selected)  # check ids whose example answers are fetched together
         self.recorder = Recorder()
         self.invoke = InvokeDoor(invoke, self.recorder) if invoke else None
@@ -104,9 +120,10 @@ class Run:
         self._prefetched = self._mcp_done = False
 
     def close(self) -> None:
-        for session in self._sessions:
+        closables: list[McpSession | HttpDoor | Served] = [*self._sessions, *self._http_doors, *self._servers]
+        for closable in closables:
             try:
-                session.close()
+                closable.close()
             except Exception:  # a broken server must not hide the report
                 pass
 
@@ -142,6 +159,47 @@ class Run:
         """A session without a write grant on the scoped place."""
         return self.session(self.scoped, "none")
 
+    def serve(self, place: Place) -> HttpDoor:
+        """The HTTP door of a server the kit starts in `place`; after one that never listened, every
+        later start fails at once."""
+        assert self.http_serve is not None
+        expect(not self._serve_failed, "an earlier server did not accept connections on its port")
+        try:
+            served = Served(self.http_serve, place)
+        except RuntimeError:
+            self._serve_failed = True  # one wait of SERVE_TIMEOUT_S per run, not one per check
+            raise
+        self._servers.append(served)
+        return self._door(served.url)
+
+    def _door(self, url: str) -> HttpDoor:
+        door = HttpDoor(url, self.recorder)
+        self._http_doors.append(door)
+        return door
+
+    @cached_property
+    def http(self) -> HttpDoor:
+        """The HTTP door of calls that must not change the store: the server given, or one the kit
+        starts in a place of its own."""
+        if self.http_url is not None:
+            return self._door(self.http_url)
+        return self.serve(self.store.place())
+
+    @cached_property
+    def http_hybrid(self) -> HttpDoor:
+        self._require_model()
+        return self.serve(self.store.place(models=True))
+
+    def caller(self, door: str, place: Place | None = None) -> Callable[..., Call]:
+        """`call(operation, request=None, *, raw=None)` through `door`, in `place` (a server started
+        there for HTTP) or, without one, where calls must not change the store."""
+        if door == HTTP:
+            return self.http.call if place is None else self.serve(place).call
+        assert self.invoke is not None
+        invoke, where = self.invoke, place
+        return lambda operation, request=None, *, raw=None: invoke.call(where or self.reads, operation, request,
+                                                                          raw=raw)  # fmt: skip
+
     # ---- example answers ----------------------------------------------------------------------
 
     def invoke_answer(self, example: Example, *, models: bool = False) -> dict[str, Any] | None:
@@ -156,6 +214,21 @@ class Run:
             self._answers[key] = self.invoke.call(place, example.operation, example.request).envelope
         return self._answers[key]
 
+    def http_answer(self, example: Example) -> dict[str, Any] | None:
+        """The server's answer: reads on one server, hybrid ones on another with the model, each
+        successful write on a server of its own."""
+        key = (HTTP, example.name)
+        if not self._prefetched:
+            self._prefetched = True
+            self._prefetch()
+        if key not in self._answers:
+            if example.writes:
+                door = self.serve(self.store.place())
+            else:
+                door = self.http_hybrid if example.hybrid else self.http
+            self._answers[key] = door.call(example.operation, example.request).envelope
+        return self._answers[key]
+
     def mcp_answer(self, example: Example) -> dict[str, Any] | None:
         if (MCP, example.name) not in self._answers:
             self._mcp_examples()
@@ -163,26 +236,36 @@ class Run:
 
     def _prefetch(self) -> None:
         """The invoke answers the selected checks need, fetched by a few processes at a time."""
-        wanted = []
+        wanted: list[tuple[Example, str]] = []
         for example in examples():
             compared = f"equivalence.{example.name}" in self.selected
-            if compared or f"invoke.example.{example.name}" in self.selected:
-                wanted.append((example, False))
+            over_http = f"equivalence.http.{example.name}" in self.selected
+            if compared or over_http or f"invoke.example.{example.name}" in self.selected:
+                wanted.append((example, INVOKE))
             if compared and example.operation == "context":
-                wanted.append((example, True))
+                wanted.append((example, INVOKE + "+model"))
+            if over_http or f"http.example.{example.name}" in self.selected:
+                wanted.append((example, HTTP))
 
-        def fetch(job: tuple[Example, bool]) -> None:
-            with suppress(Failed):  # the check reports it when it asks again
-                self.invoke_answer(job[0], models=job[1])
+        def fetch(job: tuple[Example, str]) -> None:
+            with suppress(Failed, RuntimeError):  # the check reports it when it asks again
+                if job[1] == HTTP:
+                    self.http_answer(job[0])
+                else:
+                    self.invoke_answer(job[0], models=job[1] != INVOKE)
 
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(fetch, wanted))
 
     def _place_for(self, example: Example, *, fresh: bool, models: bool = False) -> Place:
         models = models or example.hybrid
-        if models and self.store.model_cache() is None:
-            raise Failed("a hybrid example needs a prepared embedding model; run `sbuf init` first")
+        if models:
+            self._require_model()
         return self.store.place(models=models) if fresh else self._shared(models=models)
+
+    def _require_model(self) -> None:
+        if self.store.model_cache() is None:
+            raise Failed("a hybrid example needs a prepared embedding model; run `sbuf init` first")
 
     def _mcp_examples(self) -> None:
         """Every example MCP can send, in one session with the model present: reads and failures
@@ -216,12 +299,13 @@ class Run:
         if door in self._probed:
             return
         self._probed.add(door)
-        assert self.invoke is not None
-        self.invoke.call(self.reads, "search", {"version": 1, "query": "release lockfile"})
-        self.invoke.call(self.reads, "context", {"version": 1, "query": "release lockfile"})
-        self.invoke.call(self.reads, "get", {"version": 1, "id": MISSING_ID})
-        self.invoke.call(self.reads, "search", {"version": 1, "query": "x", "profile_path": CANARY})
-        self.invoke.call(self.store.place(), "remember", remember(f"token {TOKEN}"))
+        call = self.caller(door)
+        call("search", {"version": 1, "query": "release lockfile"})
+        call("context", {"version": 1, "query": "release lockfile"})
+        call("get", {"version": 1, "id": MISSING_ID})
+        call("search", {"version": 1, "query": "x", "profile_path": CANARY})
+        # refused by the secret guard; over HTTP it reaches the server's own store, where it writes nothing
+        (call if door == HTTP else self.caller(door, self.store.place()))("remember", remember(f"token {TOKEN}"))
 
     def answers(self, door: str) -> list[Call]:
         self.probe(door)
@@ -257,9 +341,18 @@ def mcp_example(example: Example) -> Callable[[Run], None]:
     return lambda run: judge(example, run.mcp_answer(example))
 
 
-def equivalent(example: Example) -> Callable[[Run], None]:
+def http_example(example: Example) -> Callable[[Run], None]:
+    return lambda run: judge(example, run.http_answer(example))
+
+
+def equivalent(example: Example, door: str = MCP) -> Callable[[Run], None]:
+    """The answer through `door` (MCP, or HTTP) equals `sbuf invoke`'s; MCP recall is always hybrid."""
+
     def check(run: Run) -> None:
-        left, right = run.invoke_answer(example, models=example.operation == "context"), run.mcp_answer(example)
+        if door == MCP:
+            left, right = run.invoke_answer(example, models=example.operation == "context"), run.mcp_answer(example)
+        else:
+            left, right = run.invoke_answer(example), run.http_answer(example)
         expect(left is not None and right is not None, "a door gave no envelope")
         try:
             masked = [mask_generated(example.operation, example.request, answer) for answer in (left, right)]
@@ -268,12 +361,12 @@ def equivalent(example: Example) -> Callable[[Run], None]:
         if example.hybrid or example.operation == "context":
             masked = [mask_semantic(answer) for answer in masked]
         found = difference(masked[0], masked[1])
-        expect(found is None, f"invoke and MCP differ: {found}")
+        expect(found is None, f"invoke and {'MCP' if door == MCP else 'HTTP'} differ: {found}")
 
     return check
 
 
-# ---- behaviours (reference-protocol §15) and bounds through `sbuf invoke` ------------------------
+# ---- behaviours (reference-protocol §15) and bounds through `sbuf invoke` and HTTP -----------------
 
 
 def _code(call: Call) -> str | None:
@@ -285,28 +378,28 @@ def expect_code(call: Call, code: str) -> None:
     expect(_code(call) == code, f"{call.operation}: expected {code}, got {_code(call)}")
 
 
-def invalid_json(run: Run) -> None:
-    assert run.invoke is not None
-    expect_code(run.invoke.call(run.reads, "search", raw=b"{not-json"), "invalid_json")
+Behaviour = Callable[[Run, str], None]  # a check of `run` through the door named
 
 
-def unknown_operation(run: Run) -> None:
-    assert run.invoke is not None
-    call = run.invoke.call(run.reads, "frobnicate", {"version": 1})
+def invalid_json(run: Run, door: str) -> None:
+    expect_code(run.caller(door)("search", raw=b"{not-json"), "invalid_json")
+
+
+def unknown_operation(run: Run, door: str) -> None:
+    call = run.caller(door)("frobnicate", {"version": 1})
     expect_code(call, "unknown_operation")
     expect((call.envelope or {}).get("operation") == "frobnicate", "the envelope does not repeat the operation")
 
 
-def path_denied(run: Run) -> None:
-    assert run.invoke is not None
-    call = run.invoke.call(run.reads, "search", {"version": 1, "query": "x", "path": CANARY})
+def path_denied(run: Run, door: str) -> None:
+    call = run.caller(door)("search", {"version": 1, "query": "x", "path": CANARY})
     expect_code(call, "path_denied")
     expect(CANARY not in call.text, "the answer echoes the path")
 
 
-def fresh_receipts(run: Run) -> None:
-    assert run.invoke is not None
-    calls = [run.invoke.call(run.reads, "context", {"version": 1, "query": "release"}) for _ in range(2)]
+def fresh_receipts(run: Run, door: str) -> None:
+    send = run.caller(door)
+    calls = [send("context", {"version": 1, "query": "release"}) for _ in range(2)]
     ids, receipts = [], []
     for call in calls:
         expect_code(call, "ok")
@@ -322,15 +415,15 @@ def fresh_receipts(run: Run) -> None:
     expect(receipts[0] == receipts[1], "two identical calls differ beyond receipt_id and retrieved_at")
 
 
-def secret_guard(run: Run) -> None:
-    assert run.invoke is not None
+def secret_guard(run: Run, door: str) -> None:
     place = run.store.place()
     before = place.record_files()
+    send = run.caller(door, place)
     for operation, request in (
         ("remember", remember(f"Deploy with {TOKEN} today.")),
         ("update", {"version": 1, "id": ACTIVE_ID, "body": f"Authorization: Bearer {TOKEN}", "source": SOURCE}),
     ):
-        call = run.invoke.call(place, operation, request)
+        call = send(operation, request)
         expect_code(call, "secret_detected")
         expect(TOKEN not in call.text, f"{operation}: the answer echoes the secret")
         expect(place.record_files() == before, f"{operation}: a record file was written")
@@ -350,10 +443,9 @@ def recall_scopes(recall: Callable[[dict[str, Any]], Call]) -> None:
     expect(GLOBAL_RECORD_ID in both, "the global record was not recalled")
 
 
-def invoke_recall_scope(run: Run) -> None:
-    assert run.invoke is not None
-    invoke = run.invoke
-    recall_scopes(lambda request: invoke.call(run.scoped, "context", {"version": 1, **request}))
+def recall_scope(run: Run, door: str) -> None:
+    send = run.caller(door, run.scoped)
+    recall_scopes(lambda request: send("context", {"version": 1, **request}))
 
 
 def oversized(place: Place) -> Place:
@@ -372,11 +464,10 @@ def expect_too_large(call: Call, message: str) -> None:
     expect(found == message, f"{call.operation}: message is {found!r}")
 
 
-def invoke_output_limit(run: Run) -> None:
-    assert run.invoke is not None
-    place = oversized(run.store.place())
-    expect_too_large(run.invoke.call(place, "context", {"version": 1, **OVERSIZED_RECALL}), INVOKE_TOO_LARGE)
-    expect_too_large(run.invoke.call(place, "get", {"version": 1, "id": f"{OVERSIZED_ID}0"}), RECORD_TOO_LARGE)
+def output_limit(run: Run, door: str) -> None:
+    send = run.caller(door, oversized(run.store.place()))
+    expect_too_large(send("context", {"version": 1, **OVERSIZED_RECALL}), INVOKE_TOO_LARGE)
+    expect_too_large(send("get", {"version": 1, "id": f"{OVERSIZED_ID}0"}), RECORD_TOO_LARGE)
 
 
 def mcp_output_limit(run: Run) -> None:
@@ -385,10 +476,35 @@ def mcp_output_limit(run: Run) -> None:
     expect_too_large(session.call("memory_get", {"id": f"{OVERSIZED_ID}0"}), RECORD_TOO_LARGE)
 
 
+def too_large_input() -> bytes:
+    return b'{"version":1,"query":"' + b"x" * MAX_INVOKE_INPUT + b'"}'
+
+
 def input_bound(run: Run) -> None:
     assert run.invoke is not None
-    data = b'{"version":1,"query":"' + b"x" * MAX_INVOKE_INPUT + b'"}'
-    expect_code(run.invoke.call(run.reads, "search", raw=data), "input_too_large")
+    expect_code(run.invoke.call(run.reads, "search", raw=too_large_input()), "input_too_large")
+
+
+# ---- what only HTTP has: refusals before any operation -------------------------------------------
+
+
+def expect_refusal(run: Run, status: int, code: str, headers: dict[str, str], data: bytes | None = None) -> None:
+    found, body = run.http.refusal(headers, data)
+    error = body.get("error") if isinstance(body, dict) else None
+    got = error.get("code") if isinstance(error, dict) else None
+    expect((found, got) == (status, code), f"expected {status} {code}, got {found} {got}")
+
+
+def http_input_bound(run: Run) -> None:
+    expect_refusal(run, 413, "payload_too_large", {}, too_large_input())
+
+
+def foreign_host(run: Run) -> None:
+    expect_refusal(run, 403, "host_not_allowed", {"Host": FOREIGN})
+
+
+def foreign_origin(run: Run) -> None:
+    expect_refusal(run, 403, "origin_not_allowed", {"Origin": f"http://{FOREIGN}"})
 
 
 # ---- MCP listings and write grants -----------------------------------------------------------------
@@ -543,21 +659,44 @@ def size_problem(limit: int) -> Callable[[Run, Call], str | None]:
 # ---- the catalogue ----------------------------------------------------------------------------------
 
 
+# (id after the door, summary, check, whether it needs to know the store)
+BEHAVIOURS: list[tuple[str, str, Behaviour, bool]] = [
+    ("behaviour.invalid-json", "text that is not JSON is invalid_json", invalid_json, False),
+    ("behaviour.unknown-operation", "an unknown operation is named back", unknown_operation, False),
+    ("behaviour.path-denied", "a `path` key is path_denied, its value not echoed", path_denied, False),
+    ("behaviour.receipt", "identical recalls differ only in receipt id, time", fresh_receipts, False),
+    ("behaviour.secret-guard", "secrets are refused and nothing is written", secret_guard, True),
+    ("behaviour.scope-filter", "a scope filter narrows recall", recall_scope, True),
+    ("bounds.output-limit", "answers past a bound are output_too_large", output_limit, True),
+]
+
+
+# Per door: the id and summary of its transport check, and its output bound (bytes, summary).
+AGGREGATES: list[tuple[str, tuple[str, str], tuple[int, str]]] = [
+    (INVOKE, ("transport", "one line on stdout, nothing on stderr, exit status 0 iff ok"),
+     (MAX_INVOKE_OUTPUT, "every answer line is at most 262144 bytes")),
+    (MCP, ("structured-content", "content[0].text is structuredContent; isError iff not ok"),
+     (MAX_MCP_ENVELOPE, "every tool envelope is at most 122880 bytes")),
+    (HTTP, ("transport", "a JSON body; status 200 iff ok, else the status of the error code"),
+     (MAX_HTTP_BODY, "every answer body is at most 262143 bytes")),
+]  # fmt: skip
+
+
+def through(behaviour: Behaviour, door: str) -> Callable[[Run], None]:
+    return lambda run: behaviour(run, door)
+
+
 def catalogue() -> list[Check]:
     """Every check, in the order a run makes them (aggregate checks last)."""
     both = frozenset({INVOKE, MCP})
     invoke, mcp = frozenset({INVOKE}), frozenset({MCP})
+    http, served = frozenset({HTTP}), frozenset({HTTP, HTTP_SERVE})
     found = [Check(f"invoke.example.{ex.name}", invoke, f"`sbuf invoke {ex.operation}`: {ex.case}", invoke_example(ex))
              for ex in examples()]  # fmt: skip
+    found += [Check(f"invoke.{name}", invoke, summary, through(behaviour, INVOKE))
+              for name, summary, behaviour, _ in BEHAVIOURS]  # fmt: skip
     found += [
-        Check("invoke.behaviour.invalid-json", invoke, "text that is not JSON is invalid_json", invalid_json),
-        Check("invoke.behaviour.unknown-operation", invoke, "an unknown operation is named back", unknown_operation),
-        Check("invoke.behaviour.path-denied", invoke, "a `path` key is path_denied, its value not echoed", path_denied),
-        Check("invoke.behaviour.receipt", invoke, "identical recalls differ only in receipt id, time", fresh_receipts),
-        Check("invoke.behaviour.secret-guard", invoke, "secrets are refused and nothing is written", secret_guard),
-        Check("invoke.behaviour.scope-filter", invoke, "a scope filter narrows recall", invoke_recall_scope),
         Check("invoke.bounds.input", invoke, "more than 262144 bytes of input is input_too_large", input_bound),
-        Check("invoke.bounds.output-limit", invoke, "answers past a bound are output_too_large", invoke_output_limit),
         Check("mcp.initialize", mcp, "server name and instructions", mcp_initialize),
         Check("mcp.tools", mcp, "exactly the five tools, with their annotations and arguments", mcp_tools),
         Check("mcp.resources", mcp, "no resources and the three resource templates", mcp_resources),
@@ -571,22 +710,25 @@ def catalogue() -> list[Check]:
               for ex in sendable if not lexical_recall(ex)]  # fmt: skip
     found += [Check(f"equivalence.{ex.name}", both, "invoke and MCP give the same envelope", equivalent(ex))
               for ex in sendable]  # fmt: skip
+    found += [Check(f"http.example.{ex.name}", served, f"`POST /v1/invoke/{ex.operation}`: {ex.case}",
+                    http_example(ex)) for ex in examples()]  # fmt: skip
+    found += [Check(f"http.{name}", served if known else http, summary, through(behaviour, HTTP))
+              for name, summary, behaviour, known in BEHAVIOURS]  # fmt: skip
     found += [
-        Check("invoke.envelopes", invoke, "every envelope is valid against its schemas",
-              each_answer(INVOKE, envelope_problem), aggregate=True),
-        Check("invoke.transport", invoke, "one line on stdout, nothing on stderr, exit status 0 iff ok",
-              each_answer(INVOKE, recorded_problem), aggregate=True),
-        Check("invoke.sanitized", invoke, "no host path, traceback or echoed secret; fixed messages",
-              each_answer(INVOKE, sanitization_problem), aggregate=True),
-        Check("invoke.bounds.output", invoke, "every answer line is at most 262144 bytes",
-              each_answer(INVOKE, size_problem(MAX_INVOKE_OUTPUT)), aggregate=True),
-        Check("mcp.envelopes", mcp, "every envelope is valid against its schemas",
-              each_answer(MCP, envelope_problem), aggregate=True),
-        Check("mcp.structured-content", mcp, "content[0].text is structuredContent; isError iff not ok",
-              each_answer(MCP, recorded_problem), aggregate=True),
-        Check("mcp.sanitized", mcp, "no host path, traceback or echoed secret; fixed messages",
-              each_answer(MCP, sanitization_problem), aggregate=True),
-        Check("mcp.bounds.output", mcp, "every tool envelope is at most 122880 bytes",
-              each_answer(MCP, size_problem(MAX_MCP_ENVELOPE)), aggregate=True),
-    ]  # fmt: skip
+        Check("http.bounds.input", http, "a body over 262144 bytes is 413 payload_too_large", http_input_bound),
+        Check("http.host", http, "a foreign Host is 403 host_not_allowed", foreign_host),
+        Check("http.origin", http, "a foreign Origin is 403 origin_not_allowed", foreign_origin),
+    ]
+    found += [Check(f"equivalence.http.{ex.name}", served | invoke, "invoke and HTTP give the same envelope",
+                    equivalent(ex, HTTP)) for ex in examples()]  # fmt: skip
+    for door, transport, limit in AGGREGATES:
+        doors, run_on = frozenset({door}), (lambda problem, door=door: each_answer(door, problem))
+        found += [
+            Check(f"{door}.envelopes", doors, "every envelope is valid against its schemas",
+                  run_on(envelope_problem), aggregate=True),
+            Check(f"{door}.{transport[0]}", doors, transport[1], run_on(recorded_problem), aggregate=True),
+            Check(f"{door}.sanitized", doors, "no host path, traceback or echoed secret; fixed messages",
+                  run_on(sanitization_problem), aggregate=True),
+            Check(f"{door}.bounds.output", doors, limit[1], run_on(size_problem(limit[0])), aggregate=True),
+        ]  # fmt: skip
     return found

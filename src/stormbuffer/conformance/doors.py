@@ -1,4 +1,5 @@
-"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`) and the record of every call made through them.
+"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`, `POST /v1/invoke/{operation}`) and the record
+of every call made through them.
 
 Each call keeps what the aggregate checks need: the request, the raw answer text, the parsed
 envelope and, for MCP, whether the tool result kept its shape rules. Checks that look at every
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
+import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +24,9 @@ from .store import Place
 
 INVOKE = "invoke"
 MCP = "mcp"
+HTTP = "http"
+HTTP_SERVE = "http-serve"  # the kit started the HTTP server itself, in its throwaway store
+SERVE_TIMEOUT_S = 60.0  # a guard against a server that never listens or never stops
 TOOLS = {"context": "memory_recall", "get": "memory_get", "remember": "memory_remember", "update": "memory_update",
          "archive": "memory_forget"}  # fmt: skip
 OPERATION_OF = {tool: operation for operation, tool in TOOLS.items()}
@@ -32,7 +39,7 @@ class Call:
     door: str
     operation: str
     request: Any
-    text: str  # the answer as sent: the stdout line, or the tool result's text content
+    text: str  # the answer as sent: the stdout line, the tool result's text content, or the HTTP body
     envelope: dict[str, Any] | None
     problems: list[str] = field(default_factory=list)  # transport rules the answer broke
 
@@ -117,3 +124,83 @@ class McpSession:
             problems.append(f"isError={result.is_error} does not match ok={structured.get('ok')}")
         envelope = structured if isinstance(structured, dict) else None
         return self.recorder.add(Call(MCP, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))
+
+
+class HttpDoor:
+    """`POST <url>/v1/invoke/<operation>` of one running server."""
+
+    def __init__(self, url: str, recorder: Recorder) -> None:
+        from stormbuffer.client.http import HttpClient
+
+        self.url = url
+        self.recorder = recorder
+        self.client = HttpClient(url)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def call(self, operation: str, request: Any = None, *, raw: bytes | None = None) -> Call:
+        from stormbuffer.adapters.http.invoke import STATUS
+
+        data = raw if raw is not None else json.dumps(request, ensure_ascii=False).encode("utf-8")
+        done = self.client.exchange(operation, data)
+        problems = []
+        if done.content_type != "application/json":
+            problems.append(f"Content-Type is {done.content_type!r}")
+        try:
+            envelope = done.envelope()
+        except ValueError:
+            envelope = None
+            problems.append("the body is not one JSON object")
+        if envelope is not None:
+            error = envelope.get("error")
+            code = error.get("code") if envelope.get("ok") is False and isinstance(error, dict) else None
+            wanted = 200 if envelope.get("ok") is True else STATUS.get(str(code), 500)
+            if done.status != wanted:
+                problems.append(f"status {done.status} for {code or 'ok'}, expected {wanted}")
+        text = done.content.decode("utf-8", errors="replace")
+        return self.recorder.add(Call(HTTP, operation, request if raw is None else raw, text, envelope, problems))
+
+    def refusal(self, headers: dict[str, str], data: bytes | None = None) -> tuple[int, Any]:
+        """The status and JSON body answering a search with `headers` (and `data` as its body), not
+        recorded: a refusal is not an envelope."""
+        done = self.client.exchange("search", data or b'{"version":1,"query":"release"}', headers)
+        try:
+            return done.status, json.loads(done.content)
+        except ValueError:
+            return done.status, None
+
+
+class Served:
+    """`<command> --project serve --port <free port>` in a place, once it accepts connections."""
+
+    def __init__(self, command: Sequence[str], place: Place) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [*command, "--project", "serve", "--port", str(port)], cwd=place.cwd, env=place.env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + SERVE_TIMEOUT_S
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        status = self.process.poll()
+        self.close()
+        if status is not None:
+            raise RuntimeError(f"the server exited with status {status} before accepting connections")
+        raise RuntimeError(f"the server did not accept connections within {SERVE_TIMEOUT_S:.0f} s")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=SERVE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

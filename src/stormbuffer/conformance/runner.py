@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .checks import Check, Failed, Run, catalogue
-from .doors import INVOKE, MCP
+from .doors import HTTP, HTTP_SERVE, INVOKE, MCP
 from .store import ThrowawayStore
 
 
@@ -42,7 +42,8 @@ class Report:
 
 
 def select(doors: set[str], patterns: Sequence[str] = ()) -> list[Check]:
-    """The checks for the doors given (equivalence needs both), filtered by glob patterns on their ids."""
+    """The checks for the doors given (an equivalence needs both of its doors), filtered by glob
+    patterns on their ids."""
     chosen = [check for check in catalogue() if check.doors <= doors]
     if patterns:
         chosen = [check for check in chosen if any(fnmatch.fnmatchcase(check.id, pattern) for pattern in patterns)]
@@ -71,18 +72,25 @@ def run(
     patterns: Sequence[str] = (),
     progress: Callable[[Outcome], None] | None = None,
     environ: Mapping[str, str] | None = None,
+    http: str | None = None,
+    http_serve: list[str] | None = None,
 ) -> Report:
-    """Run the checks against `invoke` (e.g. `["sbuf"]`) and/or `mcp` (e.g. `["stormbuffer-mcp"]`)
-    in a throwaway store that is removed afterwards. `environ` (default `os.environ`) is the
+    """Run the checks against `invoke` (e.g. `["sbuf"]`), `mcp` (e.g. `["stormbuffer-mcp"]`) and
+    HTTP: a running server at `http` (e.g. `"http://127.0.0.1:7342"`), or `http_serve` (e.g.
+    `["sbuf"]`), which the kit starts as `CMD --project serve --port N` in its own places. The run
+    works in a throwaway store that is removed afterwards. `environ` (default `os.environ`) is the
     environment the doors start from (PATH, and the prepared model its cache holds)."""
-    doors = {door for door, command in ((INVOKE, invoke), (MCP, mcp)) if command}
+    if http and http_serve:
+        raise ValueError("give either a running HTTP server or a command to serve one, not both")
+    given = ((INVOKE, invoke), (MCP, mcp), (HTTP, http or http_serve), (HTTP_SERVE, http_serve))
+    doors = {door for door, command in given if command}
     if not doors:
         raise ValueError("give at least one door to check")
     started = time.perf_counter()
     outcomes = []
     with ThrowawayStore(environ) as store:
         chosen = select(doors, patterns)
-        session = Run(store, invoke, mcp, selected=[check.id for check in chosen])
+        session = Run(store, invoke, mcp, selected=[check.id for check in chosen], http=http, http_serve=http_serve)
         try:
             for check in chosen:
                 outcome = run_check(check, session)

@@ -1,0 +1,67 @@
+"""`HttpClient`: `POST /v1/invoke/{operation}` of a running `sbuf serve`, over one kept connection."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from pydantic import BaseModel
+
+from .models import json_object, parse_envelope
+from .operations import Operations
+
+DEFAULT_URL = "http://127.0.0.1:7342"
+
+
+@dataclass(frozen=True)
+class HttpExchange:
+    """One request to the server and everything that came back."""
+
+    operation: str
+    body: bytes
+    status: int
+    content_type: str
+    content: bytes
+
+    def envelope(self) -> dict[str, Any]:
+        """The JSON object of the answer; ValueError when there is none."""
+        return json_object(self.content)
+
+
+class HttpClient(Operations):
+    """Posts each request to `<url>/v1/invoke/<operation>` (e.g. `http://127.0.0.1:7342`); use it as a
+    context manager, or `close()` it. The server's view decides the store; proxies from the
+    environment are never used (the server is on loopback)."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 120.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx2.Client(base_url=self.url, timeout=timeout, trust_env=False)
+
+    def __enter__(self) -> HttpClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def exchange(self, operation: str, data: bytes, headers: Mapping[str, str] | None = None) -> HttpExchange:
+        """Post raw bytes as the body (`Content-Type: application/json`, plus `headers`) and return
+        the answer as it came."""
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        answer = self._http.post(f"/v1/invoke/{operation}", content=data, headers=sent)
+        return HttpExchange(operation, data, answer.status_code, answer.headers.get("content-type", ""),
+                            answer.content)  # fmt: skip
+
+    def envelope(self, operation: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The envelope answering `request` (`version` 1 is added when missing), as parsed JSON."""
+        body = {"version": 1, **request}
+        return self.exchange(operation, json.dumps(body, ensure_ascii=False).encode("utf-8")).envelope()
+
+    def call(self, operation: str, request: Mapping[str, Any]) -> BaseModel:
+        """The result model of `operation`; `ProtocolFailure` when the envelope reports a failure."""
+        return parse_envelope(operation, self.envelope(operation, request))
