@@ -68,7 +68,7 @@ async def test_mcp_writes_refuse_new_families(store: Store) -> None:
 
 def test_read_only_commands_never_import_the_engine(store: Store) -> None:
     """`python -X importtime` (PYTHONPROFILEIMPORTTIME) lists every module a command imports."""
-    env = {**store.box.env, "PYTHONPROFILEIMPORTTIME": "1"}
+    env = {**store.box.env, "PYTHONPROFILEIMPORTTIME": "1", "STORMBUFFER_NO_DAEMON": "1"}  # this process imports
     search = json.dumps({"version": 1, "query": "release day"})
     for args, stdin in ((("--version",), None), (("--project", "invoke", "search"), search)):
         done = store.box.sbuf(*args, env=env, input=stdin)

@@ -23,8 +23,8 @@ from stormbuffer.core.dirs import PlatformDirs
 PROJECT_SCOPE = "project:0194d2a0-5c3e-7b41-9f2a-6c8d1e4b7a30"
 GLOBAL_RECORD_ID = "0194d2a1-9999-7a09-8a09-000000000009"
 # Variables that would let the caller's own stores, editor or colours reach the implementation.
-_DROPPED = ("HOME", "USERPROFILE", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "APPDATA",
-            "LOCALAPPDATA", "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "EDITOR", "VISUAL")  # fmt: skip
+_DROPPED = ("HOME", "USERPROFILE", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "TMPDIR",
+            "APPDATA", "LOCALAPPDATA", "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "EDITOR", "VISUAL")  # fmt: skip
 
 GLOBAL_STORE_TOML = 'format_version = 1\nscope = "global"\nvisibility = "private"\n'
 
@@ -88,6 +88,7 @@ class ThrowawayStore:
         self.root = Path(tempfile.mkdtemp(prefix="sbuf-conformance-", dir=self.caller.get("TMPDIR"))).resolve()
         self._count = 0
         self._lock = threading.Lock()
+        self._places: list[Place] = []
 
     def __enter__(self) -> ThrowawayStore:
         return self
@@ -96,6 +97,15 @@ class ThrowawayStore:
         self.close()
 
     def close(self) -> None:
+        """Stop the daemon any place's doors started (Stormbuffer's own doors start one in the place's
+        cache directory), then remove the whole directory."""
+        from stormbuffer.daemon.relay import stop
+        from stormbuffer.daemon.runtime import runtime_directory
+
+        for place in self._places:
+            directory = runtime_directory(place.env)
+            if directory is not None and (directory / "daemon.lock").exists():
+                stop(place.env)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def model_cache(self) -> Path | None:
@@ -132,7 +142,10 @@ class ThrowawayStore:
             (store / "records").mkdir(parents=True)
             (store / "store.toml").write_text(GLOBAL_STORE_TOML, encoding="utf-8")
             (store / "records" / f"{GLOBAL_RECORD_ID}.md").write_text(GLOBAL_RECORD, encoding="utf-8")
-        return Place(base, cwd, env)
+        place = Place(base, cwd, env)
+        with self._lock:
+            self._places.append(place)
+        return place
 
 
 def link_tree(source: Path, destination: Path) -> None:

@@ -78,6 +78,6 @@ def from_core(exc: BaseException) -> ApiError:
     if isinstance(exc, InvalidInput):
         return ApiError(422, "invalid_request", "invalid input: the request cannot be applied")
     if isinstance(exc, RepositoryError):
-        return ApiError(422, "invalid_state", f"repository operation failed: {exc}")
+        return ApiError(422, "invalid_state", str(exc))  # the core says what the lifecycle refused
     logger.error("local API operation failed: %s", type(exc).__name__)
     return ApiError(500, "internal_error", INTERNAL)
