@@ -42,3 +42,8 @@ bench:
     {{python}} bench/quality.py
     {{python}} bench/invoke_latency.py
     {{python}} bench/mcp_latency.py
+    {{python}} bench/writes.py
+    {{python}} bench/daemon.py
+    {{python}} bench/http_api.py
+    {{python}} bench/plugin_hook.py
+    {{python}} bench/secret_guard.py

@@ -6,18 +6,19 @@ context. An iteration counts only if its output holds the receipt (`receipt_id`,
 `pnpm benchmark` check). Reported in the reference's shape, `{iterations, p50_ms, p95_ms,
 max_ms}`, for:
 
-- `one_shot`: every prompt starts its own `sbuf invoke` process;
-- `invoke_context_alone`: the `sbuf --project invoke context` call inside the hook, without Node;
-- `daemon`: the hook, with the warm local daemon running (`sbuf invoke` routes through it), when
-  this `sbuf` has a `daemon` command (`sbuf daemon --help` exits 0); otherwise the result says it
-  was not measured and why. `--daemon-args` gives the command line that runs the daemon in the
-  foreground (default `daemon`).
+- `one_shot`: every prompt starts its own `sbuf invoke` process that answers in-process
+  (`STORMBUFFER_NO_DAEMON=1`);
+- `invoke_context_alone`: the `sbuf --project invoke context` call inside the hook, without Node
+  (one-shot too);
+- `daemon`: the hook with the warm per-user daemon running: `sbuf invoke` starts it after a one-shot
+  read and routes every later call through it (`sbuf daemon status` must then report it); it is
+  stopped at the end with `sbuf daemon stop`.
 
 `sbuf --version` is timed in the same run (the machine's floor) and each p50 is also given as a
 ratio to it. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
 reused from `--work` when present. Results print and are saved to bench/results/plugin_hook.json.
 
-Usage: python bench/plugin_hook.py [--records 10000] [--iterations 20] [--work DIR] [--daemon-args ARGS]
+Usage: python bench/plugin_hook.py [--records 10000] [--iterations 20] [--work DIR]
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -103,33 +103,23 @@ def invoke_run(index: int) -> tuple[list[str], bytes]:
     return [str(SBUF), "--project", "invoke", "context"], json.dumps(request).encode()
 
 
-def daemon_available(env: dict[str, str]) -> bool:
-    return subprocess.run([str(SBUF), "daemon", "--help"], env=env, capture_output=True, check=False).returncode == 0
-
-
-def with_daemon(args: list[str], cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
-    """Run the daemon in the foreground while `measure()` runs; wait until it answers first."""
-    daemon = subprocess.Popen([str(SBUF), *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def with_daemon(cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
+    """Warm the daemon the way a host does (a one-shot read starts it), run `measure()`, stop it."""
+    probe = json.dumps({"version": 1, "query": QUERIES[0]}).encode()
+    deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+    while True:
+        subprocess.run([str(SBUF), "--project", "invoke", "context"], cwd=cwd, env=env, input=probe,
+                       capture_output=True, check=False)  # fmt: skip
+        status = subprocess.run([str(SBUF), "daemon", "status"], cwd=cwd, env=env, capture_output=True, check=False)
+        if status.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit("the daemon did not start: " + status.stdout.decode(errors="replace")[:300])
+        time.sleep(0.5)
     try:
-        probe = json.dumps({"version": 1, "query": QUERIES[0]}).encode()
-        deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
-        while True:
-            if daemon.poll() is not None:
-                raise SystemExit(f"`sbuf {shlex.join(args)}` exited: {daemon.stderr.read()[:300]!r}")  # type: ignore[union-attr]
-            start = time.perf_counter()
-            subprocess.run([str(SBUF), "--project", "invoke", "context"], cwd=cwd, env=env, input=probe,
-                           capture_output=True, check=False)  # fmt: skip
-            if time.perf_counter() - start < 0.2 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
         return measure()
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        subprocess.run([str(SBUF), "daemon", "stop"], cwd=cwd, env=env, capture_output=True, check=False)
 
 
 def main() -> None:
@@ -137,28 +127,23 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--iterations", type=int, default=int(os.environ.get("STORMBUFFER_BENCH_ITERATIONS", "20")))
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-invoke-bench"))
-    parser.add_argument(
-        "--daemon-args", default="daemon", help="the sbuf arguments that run the daemon in the foreground"
-    )
     options = parser.parse_args()
     paths = build(options.work / f"store-{options.records}", options.records)
     project = paths.root.parent
     env = environment(options.work / f"store-{options.records}", "cache")
     env["STORMBUFFER_BIN"] = str(SBUF)
     env.pop("STORMBUFFER_SCOPE", None)
+    alone = {**env, "STORMBUFFER_NO_DAEMON": "1"}  # environment() sets it already; said here for the reader
+    served = {name: value for name, value in env.items() if name != "STORMBUFFER_NO_DAEMON"}
     node = node_binary()
     runs = options.iterations
     print(f"prompt hook, one-shot path ({runs} iterations) …", file=sys.stderr)
-    one_shot = timed(hook_run(node, project), project, env, runs)
+    one_shot = timed(hook_run(node, project), project, alone, runs)
     print("sbuf invoke context alone …", file=sys.stderr)
-    invoke = timed(invoke_run, project, env, runs)
-    if daemon_available(env):
-        print("prompt hook, through the daemon …", file=sys.stderr)
-        args = ["--project", *shlex.split(options.daemon_args)]
-        through = with_daemon(args, project, env, lambda: timed(hook_run(node, project), project, env, runs))
-        daemon: dict[str, Any] = {"measured": True, "daemon_args": args, **through}
-    else:
-        daemon = {"measured": False, "reason": "this sbuf has no daemon command (`sbuf daemon --help` failed)"}
+    invoke = timed(invoke_run, project, alone, runs)
+    print("prompt hook, through the daemon …", file=sys.stderr)
+    through = with_daemon(project, served, lambda: timed(hook_run(node, project), project, served, runs))
+    daemon = {"measured": True, **through}
     version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
     for result in (one_shot, invoke, daemon):
         if "p50_ms" in result:

@@ -21,7 +21,7 @@ work is real and recall quality is meaningless) and is reused when present; the 
 into a copy of it. Results print as a table and are saved to bench/results/http.json with the
 machine's load average.
 
-Usage: python bench/http.py [--records 10000] [--starts 7] [--warm-rounds 5] [--clients 200]
+Usage: python bench/http_api.py [--records 10000] [--starts 7] [--warm-rounds 5] [--clients 200]
                             [--seconds 60] [--work DIR]
 """
 

@@ -15,7 +15,7 @@ not installed is reported as missing; the two that are not dependencies install 
 
 Targets (the shipped guard): >= 97 % recall in every family, <= 1 % negatives refused, p95 <= 5 ms.
 
-Usage: python bench/secrets.py [--engines today,betterleaks,...] [--runs 200]
+Usage: python bench/secret_guard.py [--engines today,betterleaks,...] [--runs 200]
 """
 
 from __future__ import annotations
