@@ -157,33 +157,27 @@ class Repository:
 
         `progress(done, total)` is called after each file.
         """
-        scope = self.scope
-        seen: set[str] = set()
-        stored = []
-        files = record_files(self.paths.records)
-        for done, path in enumerate(files, 1):
-            item = self._read(path)
-            if item.record.scope != scope:
-                raise ScopeDenied(item.record.id)
-            if item.record.id in seen:
-                raise StoreIntegrityError(f"record {item.record.id} appears in multiple files")
-            seen.add(item.record.id)
-            stored.append(item)
-            if progress is not None:
-                progress(done, len(files))
-        return stored
+        return self._parse_every_file(progress, leave_out_invalid=False)[0]
 
     def scan_valid(self) -> tuple[list[StoredRecord], list[tuple[str, str]]]:
         """Parse every record file, writing nothing: the valid records, and the invalid files left out
         (store-relative path, reason), so that a review reads a degraded store instead of failing.
         A foreign-scope or duplicate record still fails the scan."""
+        return self._parse_every_file(None, leave_out_invalid=True)
+
+    def _parse_every_file(
+        self, progress: Callable[[int, int], None] | None, *, leave_out_invalid: bool
+    ) -> tuple[list[StoredRecord], list[tuple[str, str]]]:
         scope = self.scope
         seen: set[str] = set()
         stored, invalid = [], []
-        for path in record_files(self.paths.records):
+        files = record_files(self.paths.records)
+        for done, path in enumerate(files, 1):
             try:
                 item = self._read(path)
             except RecordError as exc:
+                if not leave_out_invalid:
+                    raise
                 invalid.append((path.relative_to(self.paths.root).as_posix(), exc.detail))
                 continue
             if item.record.scope != scope:
@@ -192,6 +186,8 @@ class Repository:
                 raise StoreIntegrityError(f"record {item.record.id} appears in multiple files")
             seen.add(item.record.id)
             stored.append(item)
+            if progress is not None:
+                progress(done, len(files))
         return stored, invalid
 
     def find(self, record_id: str) -> StoredRecord:
