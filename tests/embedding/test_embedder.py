@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from stormbuffer.embedding import (
     load_tokenizer,
 )
 from stormbuffer.embedding import sources as sources_module
+from stormbuffer.embedding.embedder import BATCH_TOKENS
 from stormbuffer.embedding.sources import OfflineSource
 
 from .reference import sentence_embeddings
@@ -90,6 +92,34 @@ def test_a_text_gets_the_same_vector_in_any_batch(wq8: Embedder) -> None:
     others = [f"filler sentence number {i} " * (1 + i % 7) for i in range(40)]
     mixed = wq8.embed([*others[:17], text, *others[17:]])[17]
     assert np.abs(alone - mixed).max() < 1e-6
+
+
+class RecordingSession:
+    """The real session, noting the shape of every batch it runs."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.shapes: list[tuple[int, int]] = []
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> Any:
+        self.shapes.append(feeds["input_ids"].shape)
+        return self._session.run(outputs, feeds)
+
+
+def test_model_calls_stay_within_the_padded_token_budget(wq8: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    words = "memory store index vector chunk record search query".split()  # one word piece each
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(i * 37 % 254)) for i in range(60)]
+    lengths = [len(ids) for ids in load_tokenizer().token_ids(texts)]
+    assert min(lengths) == 2 and max(lengths) == MAX_TOKENS - 2  # from [CLS] [SEP] alone to nearly the limit
+    alone = np.concatenate([wq8.embed([text]) for text in texts[::10]])
+    recorder = RecordingSession(wq8._session)
+    monkeypatch.setattr(wq8, "_session", recorder)
+    vectors = wq8.embed(texts)
+    assert all(rows * width <= BATCH_TOKENS for rows, width in recorder.shapes)
+    assert sum(rows for rows, _ in recorder.shapes) == len(texts)  # each text in one batch
+    # each batch holds texts of similar lengths: padding is at most a third of what the model ran
+    assert sum(lengths) >= 2 / 3 * sum(rows * width for rows, width in recorder.shapes)
+    assert np.abs(vectors[::10] - alone).max() < 1e-5  # the batch a text lands in does not change its vector
 
 
 def test_token_count_includes_special_tokens_and_is_not_capped(wq8: Embedder, offline_source: OfflineSource) -> None:

@@ -17,10 +17,10 @@ from .tokens import TokenCounter
 if TYPE_CHECKING:
     import onnxruntime
 
-BATCH_SIZE = 32
-# A batch's attention holds batch × width² scores per head: long texts go in smaller batches, so the
-# memory one model call needs stays the same whatever the store holds (16 texts of 512 tokens).
-ATTENTION_BUDGET = 16 * 512 * 512
+# Padded tokens (texts × the longest text's tokens) in one model call. What a call allocates grows
+# with them (hidden states, the feed-forward layer) and with tokens × width (attention scores), so a
+# fixed budget bounds the memory of embedding whatever the store holds: 8 texts of 256 tokens, 64 of 32.
+BATCH_TOKENS = 2048
 POOLED_OUTPUT = "sentence_embedding"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -107,13 +107,13 @@ class Embedder:
 
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
-    """`order` (indexes by ascending length) cut into batches of at most `BATCH_SIZE` texts whose
-    padded attention (texts × longest² tokens) fits `ATTENTION_BUDGET`."""
+    """`order` (indexes by ascending length) cut into batches whose padded tokens (texts × longest)
+    fit `BATCH_TOKENS`; a text longer than the budget goes alone."""
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
         width = lengths[index]  # the longest so far: lengths ascend
-        if current and (len(current) == BATCH_SIZE or (len(current) + 1) * width * width > ATTENTION_BUDGET):
+        if current and (len(current) + 1) * width > BATCH_TOKENS:
             batches.append(current)
             current = []
         current.append(index)
