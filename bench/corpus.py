@@ -124,8 +124,15 @@ def _slug(system: str) -> str:
     return system.replace(" ", "_")
 
 
-def make_record(index: int, scope: str) -> Record:
-    """Record number `index` of the benchmark corpus (pure function of the index and the seed)."""
+SIZES = ("short", "medium", "long")
+
+
+def make_record(index: int, scope: str, size: str | None = None) -> Record:
+    """Record number `index` of the benchmark corpus (pure function of the index and the seed).
+
+    `size` ("short": one chunk of a few sentences; "long": sections, lists and code, several chunks)
+    overrides the mix of sizes the corpus draws from.
+    """
     rng = random.Random(SEED * 1_000_003 + index)
     kind = KINDS[index % len(KINDS)]
     system, action, cause, fix = rng.choice(SYSTEMS), rng.choice(ACTIONS), rng.choice(CAUSES), rng.choice(FIXES)
@@ -144,7 +151,8 @@ def make_record(index: int, scope: str) -> Record:
         f"Related: the {rng.choice(SYSTEMS)} sometimes {rng.choice(ACTIONS)} for the same reason.",
         f"Owners should {rng.choice(FIXES)} when traffic doubles.",
     ]
-    size = rng.choices(["short", "medium", "long"], weights=[5, 4, 1])[0]
+    drawn = rng.choices(SIZES, weights=[5, 4, 1])[0]
+    size = size or drawn
     parts = [" ".join(sentences[: rng.randint(1, 3)])]
     if size != "short":
         parts.append(" ".join(rng.sample(sentences, len(sentences))))
@@ -164,12 +172,15 @@ def make_record(index: int, scope: str) -> Record:
     )  # fmt: skip
 
 
-def write_store(records_dir: Path, scope: str, count: int, progress: Callable[[int], None] | None = None) -> None:
-    """Write records 0..count-1 as canonical Markdown with settled (backdated) mtimes."""
+def write_store(
+    records_dir: Path, scope: str, count: int, progress: Callable[[int], None] | None = None, size: str | None = None
+) -> None:
+    """Write records 0..count-1 (of one `size`, else the corpus mix) as canonical Markdown with settled
+    (backdated) mtimes."""
     records_dir.mkdir(parents=True, exist_ok=True)
     settled = time.time_ns() - SETTLED_NS
     for index in range(count):
-        record = make_record(index, scope)
+        record = make_record(index, scope, size)
         path = records_dir / f"{record.id}.md"
         path.write_text(render_markdown(record), encoding="utf-8")
         os.utime(path, ns=(settled, settled))
