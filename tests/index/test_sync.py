@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stormbuffer.core.errors import IndexBusy, IndexUnavailable, StoreError
@@ -351,3 +352,27 @@ def test_refreshing_vectors_of_a_projection_deleted_since_the_sync_builds_it_aga
     report = refresh_vectors(store, embedder)
     assert (report.indexed, report.embedded, report.rebuilt) == (1, 1, True)
     assert_matrix_matches_projection(store)
+
+
+def test_a_fresh_reindex_of_long_records_gives_every_chunk_its_vector(store: StorePaths, embedder: Embedder) -> None:
+    topics = ["kiln firing", "tide tables", "harbour pilots", "orchard grafting", "glacier survey", "bell casting"]
+    for number, topic in enumerate(topics):
+        sentences = [f"Step {step} of the {topic} log notes reading {number * 97 + step} on gauge {step % 7}."
+                     for step in range(90)]  # fmt: skip
+        sections = [" ".join(sentences[start : start + 30]) for start in range(0, 90, 30)]
+        write_record(store, f"Long {topic}", "\n\n".join(f"## Part {i}\n\n{text}" for i, text in enumerate(sections)))
+    for number in range(40):
+        write_record(store, f"Short {number}", f"A one-line note number {number} about the {topics[number % 6]}.")
+    report = reindex_store(store, embedder)
+    stored = rows(store, "SELECT c.embed_text, c.token_count, v.vector FROM chunks c "
+                         "JOIN vectors v ON v.embed_hash = c.embed_hash ORDER BY c.id")  # fmt: skip
+    assert report.vector_failure is None and report.embedded == len(stored) == report.chunks > 40 + 3 * len(topics)
+    assert max(int(count) for _, count, _ in stored) > 200  # long chunks near the model's limit, beside short ones
+    assert_matrix_matches_projection(store)
+    texts = [str(text) for text, _, _ in stored]
+    vectors = np.array([np.frombuffer(blob, dtype="<f4") for _, _, blob in stored])  # type: ignore[call-overload]
+    alone = np.concatenate([embedder.embed([text]) for text in texts[::5]])
+    assert np.abs(vectors[::5] - alone).max() < 1e-5  # the same vector as a text embedded on its own
+    query = "steps of the bell casting log: gauge readings"
+    hits = search([store], query, SearchOptions(mode="semantic"), embedder=embedder)
+    assert hits[0].title == "Long bell casting"
