@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 # Padded tokens (texts × the longest text's tokens) in one model call. What a call allocates grows
 # with them (hidden states, the feed-forward layer) and with tokens × width (attention scores), so a
-# fixed budget bounds the memory of embedding whatever the store holds: 8 texts of 256 tokens, 64 of 32.
-BATCH_TOKENS = 2048
+# fixed budget bounds the memory of embedding whatever the store holds: 4 texts of 256 tokens, 32 of 32.
+BATCH_TOKENS = 1024
 POOLED_OUTPUT = "sentence_embedding"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
