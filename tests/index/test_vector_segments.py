@@ -178,3 +178,36 @@ def test_every_matrix_file_of_the_previous_layout_but_the_kept_segments_is_remov
     assert not first.rows_path(store.index_path).exists()
     assert all(path.exists() for path in second.paths(store.index_path))
     assert os.path.exists(first.segment_paths(store.index_path)[0])
+
+
+def test_matrices_written_a_few_vectors_at_a_time_match_the_projection(
+    store: StorePaths, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh, appended and relaid matrices are copied in blocks smaller than the store; each block
+    lands on its own chunk's row (the merge of kept and new vectors included)."""
+    from stormbuffer.index import sync
+
+    monkeypatch.setattr(sync, "MATRIX_BLOCK_ROWS", 3)
+    ids = [add(store, n) for n in range(8)]
+    sync_store(store, embedder)  # fresh: 8 rows in blocks of 3
+    assert len(assert_matrix_matches_projection(store).segments) == 1
+    for n in range(8, 13):
+        add(store, n)
+    sync_store(store, embedder)  # appended: a segment of 5
+    assert [segment.shape[0] for segment in assert_matrix_matches_projection(store).segments] == [8, 5]
+    for record_id in ids[:4]:
+        (store.records / f"{record_id}.md").unlink()
+    add(store, 13)
+    sync_store(store, embedder)  # relaid: kept vectors and one new one, merged block by block
+    matrix = assert_matrix_matches_projection(store)
+    assert (matrix.dead, len(matrix.segments), matrix.size) == (0, 1, 10)
+
+
+def test_a_segment_missing_vectors_is_never_written(tmp_path: Path) -> None:
+    layout = vectors.Layout("t1", ("s",), ("t1",))
+    index = tmp_path / "index.sqlite3"
+    rows = np.zeros(3, dtype=vectors.ROW_DTYPE)
+    blocks = [np.ones((2, 4), dtype=np.float32)]
+    with pytest.raises(ValueError):
+        vectors.write(index, layout, rows, vectors.Segment(3, 4, blocks))
+    assert list(tmp_path.iterdir()) == []

@@ -707,40 +707,77 @@ class _Sync:
         Chunk ids are never reused, so a chunk found in the previous matrix (same projection and
         model) keeps its row's vector; only newer chunks' vectors are read from SQLite. When the
         previous matrix is recent enough, only those newer vectors are written, as a new segment.
+        Vectors are copied a block at a time, so the writer's memory does not grow with the store.
         """
-        import numpy as np
-
         cursor = pj.driver_connection(conn).cursor()
         try:
             rows, scopes = _matrix_rows(cursor)
             if previous is not None and not (previous.size and previous.segments[0].shape[1] == dimension):
                 previous = None
             newer_than = int(previous.rows["chunk"][-1]) if previous is not None else -1
-            blobs = [row[0] for row in cursor.execute(
-                "SELECT v.vector FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
-                "WHERE c.id > ? ORDER BY c.id", (newer_than,))]  # fmt: skip
+            (newer,) = cursor.execute(_NEWER_VECTORS.format(columns="count(*)"), (newer_than,)).fetchone()
         finally:
             cursor.close()
-        newer = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dimension)
         if previous is not None:
-            appended = _appended_rows(previous, rows, len(blobs))
+            appended = _appended_rows(previous, rows, newer)
             if appended is not None:
                 layout = vector_files.Layout(
-                    token, tuple(scopes), previous.layout.segments + ((token,) if blobs else ())
+                    token, tuple(scopes), previous.layout.segments + ((token,) if newer else ())
                 )
-                vector_files.write(self.matrix_path, layout, appended, newer if blobs else None)
+                segment = (
+                    vector_files.Segment(newer, dimension, _blocks(conn, newer_than, dimension)) if newer else None
+                )
+                vector_files.write(self.matrix_path, layout, appended, segment)
                 return layout
-        matrix = np.empty((rows.size, dimension), dtype=np.float32)
-        known = np.zeros(rows.size, dtype=bool)
-        if previous is not None:
             position, known = _rows_of(previous, rows["chunk"])
-            matrix[known] = previous.vectors(position[known])
-        if previous is not None and len(blobs) != int((~known).sum()):  # it does not fit: build from SQLite alone
-            return self._write_matrix(conn, dimension, token, None)
-        matrix[~known] = newer  # (a chunk without a vector fails here: ValueError)
+            if newer != int((~known).sum()):  # it does not fit: build from SQLite alone
+                return self._write_matrix(conn, dimension, token, None)
+            blocks = _merged_blocks(previous, position, known, _blocks(conn, newer_than, dimension))
+        else:
+            blocks = _blocks(conn, newer_than, dimension)  # (a chunk without a vector fails the write: ValueError)
         layout = vector_files.Layout(token, tuple(scopes), (token,))
-        vector_files.write(self.matrix_path, layout, rows, matrix)
+        vector_files.write(self.matrix_path, layout, rows, vector_files.Segment(rows.size, dimension, blocks))
         return layout
+
+
+MATRIX_BLOCK_ROWS = 4096  # vectors copied at a time while a matrix file is written
+_NEWER_VECTORS = "SELECT {columns} FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash WHERE c.id > ?"
+
+
+def _blocks(conn: Connection, newer_than: int, dimension: int) -> Iterator[np.ndarray]:
+    """The vectors of the chunks after `newer_than`, in chunk order, `MATRIX_BLOCK_ROWS` at a time."""
+    import numpy as np
+
+    cursor = pj.driver_connection(conn).cursor()
+    try:
+        cursor.execute(_NEWER_VECTORS.format(columns="v.vector") + " ORDER BY c.id", (newer_than,))
+        while batch := cursor.fetchmany(MATRIX_BLOCK_ROWS):
+            yield np.frombuffer(b"".join(blob for (blob,) in batch), dtype="<f4").reshape(len(batch), dimension)
+    finally:
+        cursor.close()
+
+
+def _merged_blocks(
+    previous: vector_files.Matrix, position: np.ndarray, known: np.ndarray, newer: Iterator[np.ndarray]
+) -> Iterator[np.ndarray]:
+    """Every chunk's vector in chunk order, a block at a time: from the previous matrix where `known`
+    (at `position`), else the next ones of `newer`."""
+    import numpy as np
+
+    pending = np.empty((0, previous.segments[0].shape[1]), dtype=np.float32)
+    for start in range(0, known.size, MATRIX_BLOCK_ROWS):
+        found = known[start : start + MATRIX_BLOCK_ROWS]
+        block = np.empty((found.size, pending.shape[1]), dtype=np.float32)
+        if found.any():
+            block[found] = previous.vectors(position[start : start + MATRIX_BLOCK_ROWS][found])
+        missing = int(found.size - found.sum())
+        while pending.shape[0] < missing:
+            more = next(newer, None)
+            if more is None:
+                raise ValueError("a chunk has no vector")
+            pending = np.concatenate([pending, more])
+        block[~found], pending = pending[:missing], pending[missing:]
+        yield block
 
 
 def _matrix_rows(cursor: sqlite3.Cursor) -> tuple[np.ndarray, list[str]]:

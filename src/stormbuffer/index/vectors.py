@@ -25,10 +25,10 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..core.atomic import fsync_directory
 from ..core.records import ACCESS_CLASSES, KINDS, STATUSES
@@ -193,22 +193,49 @@ def all_matrix_files(index_path: Path) -> list[Path]:
     )
 
 
-def write(index_path: Path, layout: Layout, rows: np.ndarray, vectors: np.ndarray | None) -> None:
-    """Write the rows file of `layout` and, given `vectors`, its last segment (temp file, fsync,
-    rename); the earlier segments must exist already."""
-    if vectors is not None:
-        _save_atomic(segment_path(index_path, layout.segments[-1]), vectors)
-    _save_atomic(layout.rows_path(index_path), rows)
+@dataclass(frozen=True)
+class Segment:
+    """A new segment's vectors, `count` float32 rows of `dimension`, given block by block so that a
+    writer never holds a second copy of a large matrix."""
+
+    count: int
+    dimension: int
+    blocks: Iterable[np.ndarray]
+
+
+def write(index_path: Path, layout: Layout, rows: np.ndarray, segment: Segment | None) -> None:
+    """Write the rows file of `layout` and, given `segment`, its last segment (temp file, fsync,
+    rename); the earlier segments must exist already. ValueError when the blocks do not hold
+    exactly `segment.count` rows."""
+    import numpy as np
+
+    if segment is not None:
+        _save_atomic(segment_path(index_path, layout.segments[-1]), lambda handle: _stream(handle, segment))
+    _save_atomic(layout.rows_path(index_path), lambda handle: np.save(handle, rows, allow_pickle=False))
     fsync_directory(index_path.parent)
 
 
-def _save_atomic(path: Path, array: np.ndarray) -> None:
+def _stream(handle: BinaryIO, segment: Segment) -> None:
+    """`segment` as one `.npy` array: the header, then each block's bytes."""
     import numpy as np
 
+    header = {"descr": "<f4", "fortran_order": False, "shape": (segment.count, segment.dimension)}
+    np.lib.format.write_array_header_1_0(handle, header)
+    written = 0
+    for block in segment.blocks:
+        if block.ndim != 2 or block.shape[1] != segment.dimension:
+            raise ValueError("a vector block has the wrong shape")
+        handle.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
+        written += block.shape[0]
+    if written != segment.count:
+        raise ValueError(f"{segment.count} vectors were due, {written} came")
+
+
+def _save_atomic(path: Path, fill: Callable[[BinaryIO], None]) -> None:
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with temp.open("wb") as handle:
-            np.save(handle, array, allow_pickle=False)
+            fill(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
