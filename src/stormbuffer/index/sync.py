@@ -614,7 +614,7 @@ class _Sync:
     # -- vectors ---------------------------------------------------------------------------
 
     def _refresh_vectors(self) -> None:
-        from sqlalchemy import delete, select
+        from sqlalchemy import delete, func, select
 
         embedder = self.embedder
         assert embedder is not None
@@ -633,25 +633,34 @@ class _Sync:
             previous = self._previous_matrix(settings) if same_model else None
             # Chunks up to the previous matrix's last one had vectors then; ids are never reused.
             newer_than = int(previous.rows["chunk"][-1]) if previous is not None and previous.size else -1
-            missing = list(
-                conn.execute(
-                    select(t.chunks.c.embed_hash, t.chunks.c.embed_text)
-                    .distinct()
+            # Only the hashes are held, shortest text first (similar lengths share a batch: less
+            # padding); each batch's texts are read when it is embedded.
+            missing = [
+                embed_hash
+                for (embed_hash,) in conn.execute(
+                    select(t.chunks.c.embed_hash)
                     .outerjoin(t.vectors, t.vectors.c.embed_hash == t.chunks.c.embed_hash)
                     .where(t.chunks.c.id > newer_than, t.vectors.c.embed_hash.is_(None))
+                    .group_by(t.chunks.c.embed_hash)
+                    .order_by(func.min(func.length(t.chunks.c.embed_text)), t.chunks.c.embed_hash)
                 )
-            )
+            ]
             if self.embed_limit is not None and len(missing) > self.embed_limit:
                 raise _OverLimit()  # rolls back the transaction: the vectors stay as they were
-        missing.sort(key=lambda row: len(row.embed_text))  # similar lengths share a batch: less padding
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]
-            matrix = embedder.embed([row.embed_text for row in batch])
+            with self.engine.connect() as conn:
+                texts = dict(
+                    conn.execute(
+                        select(t.chunks.c.embed_hash, t.chunks.c.embed_text).where(t.chunks.c.embed_hash.in_(batch))
+                    ).all()
+                )
+            matrix = embedder.embed([texts[embed_hash] for embed_hash in batch])
             with self.engine.begin() as conn:
                 conn.execute(t.vectors.insert(), [
-                    {"embed_hash": row.embed_hash, "model_version": embedder.model_version,
+                    {"embed_hash": embed_hash, "model_version": embedder.model_version,
                      "vector": vector.astype("<f4").tobytes()}
-                    for row, vector in zip(batch, matrix, strict=True)
+                    for embed_hash, vector in zip(batch, matrix, strict=True)
                 ])  # fmt: skip
             self.report.embedded += len(batch)
             self.progress("embedding", self.report.embedded, len(missing), self.report)
