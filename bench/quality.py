@@ -23,14 +23,16 @@ NDCG@{1,5,10} (graded by qrels) and Recall@{10,100} over distinct records.
 
 `--lexical-weights 0.3,0.7` also runs hybrid with other fusion weights of the lexical side (rows
 `hybrid@0.3`, …), which is how the default weight was checked; `--lexical-only` runs lexical mode
-without the model (chunks are then cut by the conservative token estimate).
+without the model (chunks are then cut by the conservative token estimate). `--dump FILE` writes,
+per query, the top 10 distinct records of every mode with their labels, scores and match reasons
+(JSON lines), to study where the modes disagree.
 
 Vectors come from the real model; a benchmark-side cache keyed by text avoids embedding the same
 text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/results/quality.json
 (or `--out`).
 
 Usage: python bench/quality.py [--data DIR] [--work DIR] [--only longmemeval|scifact] [--questions N]
-       [--stride N] [--lexical-weights W,...] [--lexical-only] [--out FILE]
+       [--stride N] [--lexical-weights W,...] [--lexical-only] [--dump FILE] [--out FILE]
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_s
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import acquire_model, load_embedder
 from stormbuffer.index.sync import sync_store
-from stormbuffer.retrieval import SearchOptions, fusion, search
+from stormbuffer.retrieval import SearchHit, SearchOptions, fusion, search
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "quality.json"
@@ -105,9 +107,9 @@ def record(key: str, scope: str, title: str, body: str, source: Source, created:
                   access="agent", created_at=created, updated_at=created, sources=(source,), body=body)  # fmt: skip
 
 
-def ranked_records(paths: StorePaths, query: str, variant: str, embedder: Any, depth: int,
-                   now: datetime | None = None) -> list[str]:  # fmt: skip
-    """Distinct record ids, best first (lexical mode can return several chunks of one record)."""
+def ranked_hits(paths: StorePaths, query: str, variant: str, embedder: Any, depth: int,
+                now: datetime | None = None) -> list[SearchHit]:  # fmt: skip
+    """The first hit of each distinct record, best first (lexical mode can return several chunks of one record)."""
     mode, weight = VARIANTS[variant]
     default = fusion.LEXICAL_WEIGHT
     fusion.LEXICAL_WEIGHT = default if weight is None else weight
@@ -115,7 +117,10 @@ def ranked_records(paths: StorePaths, query: str, variant: str, embedder: Any, d
         hits = search([paths], query, SearchOptions(limit=100, mode=mode, now=now), embedder=embedder)
     finally:
         fusion.LEXICAL_WEIGHT = default
-    return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
+    first: dict[str, SearchHit] = {}
+    for hit in hits:
+        first.setdefault(hit.record_id, hit)
+    return list(first.values())[:depth]
 
 
 def ndcg(ranked: list[str], gains: dict[str, float], k: int) -> float:
@@ -132,7 +137,8 @@ def mean(values: list[float]) -> float:
 # ---- LongMemEval ---------------------------------------------------------------------------------
 
 
-def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int) -> dict[str, Any]:
+def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int,
+                dump: Dumper) -> dict[str, Any]:  # fmt: skip
     items = json.loads(gzip.decompress((data / "longmemeval" / "longmemeval_s.subset100.seed0.json.gz").read_bytes()))
     answerable = [item for item in items if not item["question_id"].endswith("_abs")][::stride][:questions]
     scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
@@ -144,13 +150,23 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
             sync_store(paths, embedder)
             evidence = set(item["answer_session_ids"])
             asked = datetime.fromisoformat(session_time(item["question_date"]).render())
+            lists = {}
             for variant in VARIANTS:
-                ranked = ranked_records(paths, item["question"], variant, embedder, 10, asked)
+                lists[variant] = ranked_hits(paths, item["question"], variant, embedder, 10, asked)
+                ranked = [hit.record_id for hit in lists[variant]]
                 metrics = session_metrics([session_of[r] for r in ranked], evidence)
                 if evidence_turns:
                     metrics |= turn_metrics(ranked, evidence_turns)
                 for name, value in metrics.items():
                     scores[variant].setdefault(name, []).append(value)
+            dump(
+                {"question_id": item["question_id"], "type": item["question_type"], "query": item["question"]},
+                lists,
+                {
+                    r: {"session": s, "evidence": s in evidence, "evidence_turn": r in evidence_turns}
+                    for r, s in session_of.items()
+                },  # fmt: skip
+            )
             bar(done)
     return {
         "questions": len(answerable),
@@ -212,7 +228,7 @@ def turn_metrics(ranked: list[str], evidence_turns: set[str]) -> dict[str, float
 # ---- SciFact ---------------------------------------------------------------------------------------
 
 
-def scifact(data: Path, work: Path, embedder: Any) -> dict[str, Any]:
+def scifact(data: Path, work: Path, embedder: Any, dump: Dumper) -> dict[str, Any]:
     folder = data / "scifact"
     corpus = [json.loads(line) for line in gzip.decompress((folder / "corpus.jsonl.gz").read_bytes()).splitlines()]
     queries = {str(q["_id"]): q["text"] for q in map(json.loads, (folder / "queries.jsonl").read_text().splitlines())}
@@ -240,8 +256,13 @@ def scifact(data: Path, work: Path, embedder: Any) -> dict[str, Any]:
     scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
     with progress_bar("SciFact queries", len(qrels)) as bar:
         for done, (query_id, relevant) in enumerate(sorted(qrels.items()), 1):
-            for variant in VARIANTS:
-                ranked = [doc_of[r] for r in ranked_records(paths, queries[query_id], variant, embedder, 100)]
+            lists = {variant: ranked_hits(paths, queries[query_id], variant, embedder, 100) for variant in VARIANTS}
+            top = {variant: hits[:10] for variant, hits in lists.items()}
+            grades = {hit.record_id: {"doc": doc_of[hit.record_id], "grade": relevant.get(doc_of[hit.record_id], 0.0)}
+                      for hits in top.values() for hit in hits}  # fmt: skip
+            dump({"query_id": query_id, "query": queries[query_id]}, top, grades)
+            for variant, hits in lists.items():
+                ranked = [doc_of[hit.record_id] for hit in hits]
                 metrics = {f"ndcg@{k}": ndcg(ranked, relevant, k) for k in (1, 5, 10)}
                 metrics |= {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
                 for name, value in metrics.items():
@@ -253,6 +274,24 @@ def scifact(data: Path, work: Path, embedder: Any) -> dict[str, Any]:
         "index_seconds": round(index_seconds, 1),
         "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
+
+
+class Dumper:
+    """Writes each query's ranked lists, per variant, as JSON lines (`--dump`); does nothing without a file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.file = path.open("w", encoding="utf-8") if path else None
+
+    def __call__(self, query: dict[str, Any], lists: dict[str, list[SearchHit]],
+                 labels: dict[str, dict[str, Any]]) -> None:  # fmt: skip
+        """`labels`: record id → what the data says about it (its session, whether it is evidence, …)."""
+        if self.file is None:
+            return
+        ranked = {variant: [{"record": hit.record_id, **labels[hit.record_id], "score": round(hit.score, 4),
+                             "reasons": hit.match_reasons, "text": hit.text[:160]} for hit in hits]
+                  for variant, hits in lists.items()}  # fmt: skip
+        self.file.write(json.dumps(query | {"ranked": ranked}) + "\n")
+        self.file.flush()
 
 
 def table(results: dict[str, Any]) -> str:
@@ -283,6 +322,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="result file (default bench/results/quality.json)")
     parser.add_argument("--lexical-weights", default="",
                         help="also run hybrid with these fusion weights of the lexical side, e.g. 0.3,0.7")  # fmt: skip
+    parser.add_argument("--dump", type=Path, help="write every query's ranked lists per mode to this JSON-lines file")
     parser.add_argument("--lexical-only", action="store_true",
                         help="lexical mode only, no model (chunks cut by the conservative token estimate)")  # fmt: skip
     args = parser.parse_args()
@@ -296,11 +336,12 @@ def main() -> None:
     acquire_model(cache_dir)
     embedder = None if args.lexical_only else CachingEmbedder(load_embedder(cache_dir), work / "embeddings.sqlite3")
     results: dict[str, Any] = {}
+    dump = Dumper(args.dump)
     if args.only in (None, "scifact"):
-        results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder)
+        results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder, dump)
     if args.only in (None, "longmemeval"):
         run = work / f"run-{os.getpid()}"
-        results["longmemeval"] = longmemeval(args.data, run, embedder, args.questions, max(args.stride, 1))
+        results["longmemeval"] = longmemeval(args.data, run, embedder, args.questions, max(args.stride, 1), dump)
     print(table(results))
     for dataset in results:
         results[dataset]["generated_at"] = datetime.now(UTC).isoformat(timespec="seconds")

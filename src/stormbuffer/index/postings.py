@@ -50,17 +50,13 @@ STATS = "lexical_stats"  # metadata key: JSON {"chunks": n, "terms": total lengt
 _BATCH = 500  # terms per statement
 _WORD = re.compile(r"\w+")  # for str patterns: str.isalnum() characters and "_"
 FIELD_WEIGHTS = (2, 1, 2, 1, 1, 1)  # title, heading path, aliases, tags, file name, chunk text
-# Function words left out of a query while it has other words: BM25 gives them little weight, but in
-# a conversational store ("what did I say…") they still outweigh nothing and add noise.
+# Words left out of a query while it has other words: the English stop set of Lucene's and
+# Elasticsearch's standard analyzers (articles, prepositions, conjunctions, forms of "be"), whose
+# BM25 weight is noise. Pronouns, auxiliaries and question words stay: in a store of conversations
+# "I", "my" and "you" tell who said something, and "can you suggest" finds an earlier request.
 STOPWORDS = frozenset(
-    """
-a about above after again against all am an and any are as at be because been before being below between
-both but by can could did do does doing down during each few for from further had has have having he her
-here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
-now of off on once only or other our ours ourselves out over own same she should so some such than that the
-their theirs them themselves then there these they this those through to too under until up very was we
-were what when where which while who whom why will with would you your yours yourself yourselves
-""".split()
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
+    "they this to was will with".split()
 )
 
 _TRIGGERS = (
