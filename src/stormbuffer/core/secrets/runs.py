@@ -17,10 +17,15 @@ SHORTEST_FOR_ENGINE = 16
 CONTEXT_BYTES = 512  # of a line longer than this on each side of a run, the engine sees this much
 
 _TOKEN_CHARACTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_.-"
-_SHAPE = bytes(ord("t") if byte in _TOKEN_CHARACTERS else ord(" ") for byte in range(256))
-_RUN = b"t" * SHORTEST
 _DIGITS = b"0123456789"
-_HEX_AND_DASH = b"0123456789abcdefABCDEF-"
+_HEX_AND_DASH = b"abcdefABCDEF-"
+_SHAPE = bytes(ord("t") if byte in _TOKEN_CHARACTERS else ord(" ") for byte in range(256))
+# Every token byte as its class: a digit `d`, another hex digit or a dash `h`, any other `t`.
+_CLASS = bytes(
+    ord("d" if byte in _DIGITS else "h" if byte in _HEX_AND_DASH else "t" if byte in _TOKEN_CHARACTERS else " ")
+    for byte in range(256)
+)
+_RUN = b"t" * SHORTEST
 _DIGEST_PREFIXES = (b"sha256-", b"sha384-", b"sha512-")  # subresource integrity: base64 digests
 _NAME_ENDS = (b":", b"=")  # a line ending so names a value that may follow on the next
 
@@ -41,16 +46,16 @@ class Runs(NamedTuple):
 def find_runs(data: bytes) -> Runs:
     """The runs of `data`, in one pass."""
     shape = data.translate(_SHAPE)
+    classes = data.translate(_CLASS)
     tokens: list[bytes] = []
     snippets: list[tuple[int, int]] = []
     start = shape.find(_RUN)
     while start >= 0:
         end = shape.find(b" ", start)
         end = end if end >= 0 else len(data)
-        run = data[start:end]
-        if run.translate(None, _HEX_AND_DASH) and not run.startswith(_DIGEST_PREFIXES):
-            tokens.append(run)
-            if len(run) >= SHORTEST_FOR_ENGINE and len(run.translate(None, _DIGITS)) < len(run):
+        if classes.find(b"t", start, end) >= 0 and not data.startswith(_DIGEST_PREFIXES, start):
+            tokens.append(data[start:end])
+            if end - start >= SHORTEST_FOR_ENGINE and classes.find(b"d", start, end) >= 0:
                 if not snippets or start >= snippets[-1][1]:
                     _add_snippet(data, start, end, snippets)
         start = shape.find(_RUN, end)
