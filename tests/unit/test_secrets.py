@@ -14,7 +14,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from stormbuffer.core.secrets import contains_secret, engine, find_secret_fields, secret_families
+from stormbuffer.core.secrets import contains_secret, engine, find_secret_fields, normalized, secret_families
+from stormbuffer.core.secrets.runs import find_runs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "secrets"
 TARGET_RECALL = 0.97
@@ -88,6 +89,8 @@ def test_examples_are_detected_with_their_family(text: str, family: str) -> None
         "AKIAIOSFODNN7EXAMPLE",
         "sk-" + "A" * 48,
         "cache key: " + "ab12" * 16,
+        '<script integrity="sha384-oqVuAfXRKap7fdgcCY5uykM6+R9GqQ8K/uxy9rx7HNQlGYl1kPzQho1wx4JwY8wC"></script>',
+        "Authorization: sha512-" + "Zm9v" * 21 + "YQ==",
     ],
 )
 def test_placeholders_hashes_and_prose_are_allowed(text: str) -> None:
@@ -120,20 +123,44 @@ def test_find_secret_fields_names_fields_once_in_order_without_values() -> None:
     assert find_secret_fields([("title", "Use the sk- prefix docs"), ("body", "nothing here")]) == []
 
 
-def test_a_long_text_is_scanned_in_overlapping_windows_covering_every_line() -> None:
-    lines = [f"line {index} " + "w" * 40 for index in range(200)]
-    windows = list(engine.windows("\n".join(lines)))
-    assert len(windows) > 1 and all(len(window) < 2 * engine.WINDOW_BYTES for window in windows)
-    assert set(lines) <= {line for window in windows for line in window.split("\n")}
-    for before, after in zip(windows, windows[1:], strict=False):
-        assert before.split("\n")[-1] == after.split("\n")[0]
+def sent_to_engine(text: str) -> list[str]:
+    """The batches the engine reads of `text`, hex runs masked."""
+    data = normalized(text)
+    return [batch.decode() for batch in engine.batches(data, find_runs(data).snippets)]
 
 
-def test_a_long_line_is_cut_at_spaces() -> None:
-    words = [f"word{index}" for index in range(2000)]
-    windows = list(engine.windows(" ".join(words)))
-    assert len(windows) > 1 and all(len(window) < 2 * engine.WINDOW_BYTES for window in windows)
-    assert set(words) <= {word for window in windows for word in window.split()}
+def test_the_engine_reads_only_the_lines_around_token_shaped_runs_of_a_long_text() -> None:
+    token = "DATABRICKS_TOKEN=dapi0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
+    filler = [f"line {index} of plain words, a hash 3f786850e387550fdab836ed7e6dc881de23001b" for index in range(60)]
+    text = "\n".join([*filler, "databricks:", "  dapi9f8e7d6c5b4a39281706f5e4d3c2b1a0", *filler, token, *filler])
+    sent = "\n".join(sent_to_engine(text))
+    assert token in sent and "databricks:\n  dapi9f8e7d6c5b4a39281706f5e4d3c2b1a0" in sent
+    assert "plain words" not in sent
+    assert secret_families(text) == ["databricks"]
+
+
+def test_hex_runs_are_masked_from_the_engine() -> None:
+    """A UUID-shaped Heroku key is no token-shaped run: alone it is never sent, and beside another
+    token it is masked, so that the outcome does not depend on what else the text holds."""
+    text = (
+        "heroku_api_key = 0190f5c2-7a3e-4cc1-9a0e-5f3d2b1c4a99\nDATABRICKS_TOKEN=dapi0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
+    )
+    assert secret_families(text) == ["databricks"]
+    assert secret_families(text.partition("\n")[0]) == []
+
+
+def test_a_short_text_with_a_token_shaped_run_is_sent_whole() -> None:
+    text = "notes\nTOKEN=dapi0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d\nmore notes"
+    assert sent_to_engine(text) == [text]
+    assert sent_to_engine("plain notes, a commit 3f786850e387550fdab836ed7e6dc881de23001b") == []
+
+
+def test_a_long_line_is_sent_only_around_its_token_shaped_run() -> None:
+    words = [f"word{index}" for index in range(4000)]
+    words[2000] = "dapi0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
+    (sent,) = sent_to_engine(" ".join(words))
+    assert words[2000] in sent and len(sent) < 2 * 512 + 64
+    assert set(sent.split()) <= set(words)
 
 
 def test_a_secret_deep_in_a_64_kib_body_is_found_by_the_engine() -> None:

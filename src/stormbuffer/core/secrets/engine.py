@@ -3,11 +3,17 @@
 Betterleaks only matches; it never validates a finding against a vendor's API, and a test proves
 that a scan opens no socket. It is imported on the first scan, never by read-only commands.
 
-Its scan time grows faster than the text, so a long text is scanned in windows of about 1 KiB cut
-at line ends (a longer line at spaces), each window repeating the previous window's last line (a
-key id and its secret on adjacent lines stay together; a private key block longer than a window is
-caught by our own rule).
-Windows without a token-shaped run are not sent at all (`may_hold_a_token`).
+The engine is asked only about token-shaped runs (see `runs`), not about words, identifiers,
+hashes and UUIDs alone (our rules cover the letters-only and hex token kinds). A text of up to
+WINDOW_BYTES that holds one is sent whole; of a longer text the engine reads only the snippets
+around them (each such line, with the line before it when that one ends in `:` or `=`, so that a
+name and its value on adjacent lines stay together), in batches of about BATCH_BYTES with a blank
+gap between snippets. Each rule whose keyword occurs reads its whole input, and each near-match
+costs its filters up to a millisecond, so the engine's time grows with what it is sent, and faster:
+small batches keep a keyword in one snippet from sending its rule through the others. Runs of 16 or
+more hex digits and dashes standing alone (digests, UUIDs, commit hashes) are masked in what it is
+sent: a hash beside a `key` word is no secret to our layer, and such hashes are most of the
+engine's near-matches in text that holds many.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import re
 from collections.abc import Iterator
 
 WINDOW_BYTES = 1024
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.-]{16,}")
-_HEX_AND_DASH = "0123456789abcdefABCDEF-"
+BATCH_BYTES = 256
+_GAP = b"\n" * 8
+# Starts with the character before the run: a search that starts with a character class skips
+# ahead to it instead of trying every position (the masked text gets a leading line end).
+_HEX_RUN = re.compile(rb"([^A-Za-z0-9+/_.-])[0-9a-fA-F-]{16,}+(?![A-Za-z0-9+/_.-])")
 _FAMILY_OF_PREFIX = {
     "curl": "authorization",
     "gcp": "google",
@@ -27,25 +36,14 @@ _FAMILY_OF_PREFIX = {
 }
 
 
-def findings(text: str) -> Iterator[tuple[str, str]]:
-    """(family, matched value) for each engine finding; the family is the rule id's vendor part."""
+def findings(data: bytes, snippets: list[tuple[int, int]]) -> Iterator[tuple[str, str]]:
+    """(family, matched value) for each engine finding in UTF-8 text, given its `runs` snippets;
+    the family is the rule id's vendor part."""
     import betterleaks
 
-    for window in windows(text):
-        if not may_hold_a_token(window):
-            continue
-        for found in betterleaks.scan_string(window):
+    for batch in batches(data, snippets):
+        for found in betterleaks.scan_string(_HEX_RUN.sub(rb"\1*", b"\n" + batch).decode()):
             yield family(found.rule_id), found.secret
-
-
-def may_hold_a_token(window: str) -> bool:
-    """A key block, or a run of 16 or more token characters with a digit that is not only hex
-    digits and dashes: the engine is not asked about windows of words, identifiers, hashes and
-    UUIDs alone (our rules cover the letters-only and hex token kinds)."""
-    return "-----BEGIN" in window or any(
-        any(character.isdigit() for character in run) and run.strip(_HEX_AND_DASH) != ""
-        for run in _TOKEN_RUN.findall(window)
-    )
 
 
 def family(rule_id: str) -> str:
@@ -54,27 +52,21 @@ def family(rule_id: str) -> str:
     return _FAMILY_OF_PREFIX.get(vendor, vendor)
 
 
-def _pieces(text: str) -> Iterator[str]:
-    """The lines of the text, a line longer than a window cut at spaces (tokens hold none)."""
-    for line in text.split("\n"):
-        while len(line) > WINDOW_BYTES and (cut := line.rfind(" ", 0, WINDOW_BYTES)) > 0:
-            yield line[:cut]
-            line = line[cut + 1 :]
-        yield line
-
-
-def windows(text: str) -> Iterator[str]:
-    """The text in windows of about WINDOW_BYTES, cut at line ends, overlapping by one line."""
-    if len(text) <= WINDOW_BYTES:
-        yield text
+def batches(data: bytes, snippets: list[tuple[int, int]]) -> Iterator[bytes]:
+    """What the engine is sent: nothing without snippets, a text of up to WINDOW_BYTES whole, else
+    the snippets joined by a gap, in batches of about BATCH_BYTES."""
+    if not snippets:
         return
-    window: list[str] = []
-    size, fresh = 0, False
-    for line in _pieces(text):
-        window.append(line)
-        size, fresh = size + len(line) + 1, True
-        if size >= WINDOW_BYTES:
-            yield "\n".join(window)
-            window, size, fresh = [line], len(line) + 1, False
-    if fresh:
-        yield "\n".join(window)
+    if len(data) <= WINDOW_BYTES:
+        yield data
+        return
+    batch: list[bytes] = []
+    size = 0
+    for start, end in snippets:
+        batch.append(data[start:end])
+        size += end - start
+        if size >= BATCH_BYTES:
+            yield _GAP.join(batch)
+            batch, size = [], 0
+    if batch:
+        yield _GAP.join(batch)
