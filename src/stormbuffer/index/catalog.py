@@ -80,7 +80,7 @@ class Catalog:
     def summaries(self) -> list[RecordSummary]:
         """Every projected record's id, title, kind, scope and status, by id."""
         rows = self._conn.execute("SELECT id, title, kind, scope, status FROM records ORDER BY id")
-        return [RecordSummary(*row) for row in rows]
+        return list(map(RecordSummary._make, rows))
 
     def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None:
         """Project what the mutation wrote: (file, record and bytes now in it, or None when removed)."""

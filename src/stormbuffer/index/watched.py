@@ -87,7 +87,7 @@ class WatchedFiles:
     def _scan(self, source: PathSource | None) -> FileList:
         files = FileList(scan_files(self.paths))
         self._list = files if source is not None else None
-        self._directories = {parent for name in files.stats for parent in _parents(name)}
+        self._directories = {parent for name in files.stats for parent in _parents(name)} if source else set()
         self._source = source
         self._scanned_at = self._clock()
         return files
