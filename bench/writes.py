@@ -21,7 +21,7 @@ this order:
 Prints a table and writes bench/results/writes.json (sizes not run this time keep their last results).
 
 Usage: python bench/writes.py [--sizes 1000,10000,100000] [--runs 7] [--work DIR] [--writers 8]
-       [--per-writer 25] [--mcp-servers 8] [--per-server 50] [--skip-parallel]
+       [--per-writer 25] [--mcp-servers 8] [--per-server 50] [--skip-parallel] [--results FILE]
 """
 
 from __future__ import annotations
@@ -67,11 +67,14 @@ SOURCE = {"kind": "conversation", "reference": "bench/writes", "actor": "agent"}
 
 
 def environment(work: Path) -> dict[str, str]:
-    """The benchmark's home and data; the user's model cache (the tokenizer writes use)."""
+    """The benchmark's home, data and daemon runtime directory; the user's model cache (the tokenizer
+    writes use)."""
     cache = PlatformDirs.from_environ(os.environ).shared_cache.parent
     skipped = ("XDG_", "STORMBUFFER_", "PYTHONDONTWRITEBYTECODE", "VISUAL", "EDITOR")
     env = {key: value for key, value in os.environ.items() if not key.startswith(skipped)}
     env.update(HOME=str(work / "home"), XDG_DATA_HOME=str(work / "data"), XDG_CACHE_HOME=str(cache))
+    (work / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["XDG_RUNTIME_DIR"] = str(work / "run")  # a daemon of this benchmark's own
     return env
 
 
@@ -256,10 +259,12 @@ def main() -> None:
     parser.add_argument("--per-writer", type=int, default=25)
     parser.add_argument("--mcp-servers", type=int, default=8)
     parser.add_argument("--per-server", type=int, default=50)
+    parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--skip-parallel", action="store_true", help="keep the last parallel figures of each size")
     options = parser.parse_args()
-    report: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"sizes": {}}
+    report: dict[str, Any] = json.loads(options.results.read_text()) if options.results.is_file() else {"sizes": {}}
     tag = datetime.now(UTC).strftime("%H%M%S")
+    ran: dict[str, Any] = {}
     for size in (int(value) for value in options.sizes.split(",")):
         work = options.work / str(size)
         env = environment(work)
@@ -280,10 +285,11 @@ def main() -> None:
                                        for name in ("remember", "get_after_remember", "add", "list")}  # fmt: skip
         result["targets_s"] = TARGETS_S.get(str(size), {})
         result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        report["sizes"][str(size)] = result
-    report["machine"] = machine()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        ran[str(size)] = result
+    latest = json.loads(options.results.read_text()) if options.results.is_file() else {"sizes": {}}
+    report = {"sizes": {**latest["sizes"], **ran}, "machine": machine()}  # another run may have saved meanwhile
+    options.results.parent.mkdir(parents=True, exist_ok=True)
+    options.results.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"{'records':>8} {'version':>8} {'remember':>9} {'get':>7} {'add':>7} {'list':>7} {'in-proc':>8} "
           f"{'mcp':>7} {'daemon':>6} {'parallel one-shot ok':>21} {'w/s':>6} {'mcp ok':>7}")  # fmt: skip
     for size, row in sorted(report["sizes"].items(), key=lambda item: int(item[0])):
@@ -293,7 +299,7 @@ def main() -> None:
               f"{row['mcp_remember_p50'] * 1000:5.1f}ms {str(row.get('daemon_answered', '?')):>6} "
               f"{one['ok']:>6}/{one['ok'] + one['conflict']:<5} lost {one['lost']} partial {one['partial_files']} "
               f"{one['writes_per_s']:6.1f} {mcp['ok']:>3}/{mcp['ok'] + mcp['conflict']}")  # fmt: skip
-    print(f"load average at the end: {report['machine']['load_average_at_end']}; saved to {RESULTS}")
+    print(f"load average at the end: {report['machine']['load_average_at_end']}; saved to {options.results}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from stormbuffer.index import watched
 from stormbuffer.index.freshness import StoreFreshness
 from stormbuffer.index.sync import scan_files, sync_store
 from tests.helpers import invoke, sbuf_env
-from tests.integration.test_writes_at_scale import draft
+from tests.integration.test_writes_at_scale import _waiter, draft
 from tests.stores import make_store, write_many, write_record
 
 RECORDS = 2_000
@@ -185,6 +186,34 @@ def test_another_process_writing_meanwhile_is_seen_by_a_full_scan(
     result = repo.propose(draft(store, "Written by another", "Elsewhere.\n"), "agent")
     assert (result.outcome, result.related_id) == ("duplicate_of", other.record_id)
     assert scans == [RECORDS, RECORDS + 1, RECORDS + 2]  # the warm-up, the other writer's check, and ours
+
+
+def test_threads_of_a_warm_process_and_another_process_write_at_once(store: StorePaths, fresh: StoreFreshness) -> None:
+    """Four writer threads sharing one freshness, as the daemon's, and a one-shot writer process at
+    the same time: every write lands, and the projection they leave is the one a full check makes."""
+    warm(store, fresh)
+    before = set(store.records.glob("*.md"))
+    other = _waiter(store, 30, 10, "Other process")
+    outcomes: list[str] = []
+
+    def writer(label: str) -> None:
+        repo = Repository(store, lock_wait=30, freshness=fresh)
+        for number in range(10):
+            outcomes.append(repo.propose(draft(store, f"Thread {label} {number}", "In parallel.\n"), "agent").outcome)
+
+    threads = [threading.Thread(target=writer, args=(label,)) for label in "abcd"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    out, err = other.communicate(timeout=300)
+    assert other.returncode == 0, err
+    outcomes += out.split()
+    assert outcomes == ["requires_approval"] * 50
+    new = set(store.records.glob("*.md")) - before
+    titles = {parse_markdown(path.read_bytes(), path.name).title for path in new}
+    assert len(titles) == len(new) == 50
+    assert sync_store(store).indexed == 0  # every write projected itself, the warm ones included
 
 
 def test_the_daemon_sees_an_external_duplicate_made_while_it_was_idle(tmp_path: Path, store: StorePaths) -> None:
