@@ -38,15 +38,17 @@ def eventually(condition: Callable[[], bool]) -> bool:
 
 
 class CountingSync:
-    """`sync_store` as the freshness module calls it, counted; `after` runs once the real sync returned."""
+    """The check a `StoreFreshness` runs when it cannot skip it, counted; `after` runs once the real
+    check returned."""
 
-    def __init__(self) -> None:
+    def __init__(self, check: Callable[[StoreFreshness, RecordsWatcher | None, Embedder | None], SyncReport]) -> None:
         self.calls = 0
         self.after: Callable[[], None] | None = None
+        self._check = check
 
-    def __call__(self, paths: StorePaths, embedder: Embedder | None = None) -> SyncReport:
+    def __call__(self, fresh: StoreFreshness, watcher: RecordsWatcher | None, embedder: Embedder | None) -> SyncReport:
         self.calls += 1
-        report = sync_store(paths, embedder)
+        report = self._check(fresh, watcher, embedder)
         if self.after is not None:
             self.after()
         return report
@@ -54,8 +56,8 @@ class CountingSync:
 
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> CountingSync:
-    counting = CountingSync()
-    monkeypatch.setattr(fr, "sync_store", counting)
+    counting = CountingSync(StoreFreshness._check)
+    monkeypatch.setattr(StoreFreshness, "_check", lambda fresh, watcher, embedder: counting(fresh, watcher, embedder))
     return counting
 
 

@@ -19,7 +19,7 @@ from stormbuffer.core.stores import StorePaths, View
 from stormbuffer.embedding import Embedder
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import chunk_body
-from stormbuffer.index.sync import refresh_vectors, reindex_store, scan_files, sync_store
+from stormbuffer.index.sync import FileList, refresh_vectors, reindex_store, scan_files, sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.helpers import lock_held_elsewhere
 from tests.matrices import assert_matrix_matches_projection
@@ -50,6 +50,23 @@ def test_the_scan_lists_markdown_files_in_every_real_directory_and_no_symlink(
     assert sorted(found) == ["records/team/2026/deep.md", "records/top.md"]
     info = (nested / "deep.md").stat()
     assert found["records/team/2026/deep.md"] == (info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def test_the_files_digest_ignores_order_and_moves_on_by_each_change() -> None:
+    listed = {f"records/r{number}.md": (number, 10 * number, 100 + number) for number in range(50)}
+    files = FileList(dict(listed))
+    assert files.fingerprint() == FileList(dict(reversed(listed.items()))).fingerprint()
+    before = files.fingerprint()
+    files.set("records/new.md", (1, 2, 3))
+    files.set("records/r7.md", (7, 71, 107))  # a changed stat
+    files.set("records/r9.md", None)  # a removed file
+    after = {**listed, "records/new.md": (1, 2, 3), "records/r7.md": (7, 71, 107)}
+    del after["records/r9.md"]
+    assert files.fingerprint() == FileList(after).fingerprint() != before
+    files.set("records/new.md", None)
+    files.set("records/r7.md", listed["records/r7.md"])
+    files.set("records/r9.md", listed["records/r9.md"])
+    assert files.fingerprint() == before
 
 
 def titles(paths: StorePaths, query: str) -> list[str]:

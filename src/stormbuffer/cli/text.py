@@ -13,4 +13,4 @@ _ONE_LINE = str.maketrans(
 
 def one_line(text: str) -> str:
     """Line breaks and tabs become spaces; bidirectional and other control characters are removed."""
-    return text.translate(_ONE_LINE)
+    return text if text.isprintable() else text.translate(_ONE_LINE)  # each of them is unprintable

@@ -6,6 +6,7 @@ import dataclasses
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import RecordError
 from .scopes import parse_scope
@@ -90,8 +91,7 @@ class Record:
         }
 
 
-@dataclass(frozen=True)
-class RecordSummary:
+class RecordSummary(NamedTuple):
     """What a listing shows of a record."""
 
     id: str

@@ -8,6 +8,7 @@ files are read and parsed. Writes go through a temp file + fsync + rename, and o
 the check read (compare-and-swap), so an edit made meanwhile by someone who takes no lock survives
 and the write fails with Conflict. The write then projects what it changed. When the projection
 cannot be used, every record file is parsed instead, as before there was one. Reads take no lock.
+In a long-running process (`freshness`), the check re-stats only the files its watcher reported.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from .timestamps import Timestamp, later_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from ..index.freshness import StoreFreshness
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,12 @@ class _Scanned:
 
 
 class Repository:
-    def __init__(self, paths: StorePaths, *, lock_wait: float = DEFAULT_LOCK_WAIT_S) -> None:
+    def __init__(
+        self, paths: StorePaths, *, lock_wait: float = DEFAULT_LOCK_WAIT_S, freshness: StoreFreshness | None = None
+    ) -> None:
         self.paths = paths
         self.lock_wait = lock_wait  # seconds a mutation waits for a busy store before MutationBusy
+        self.freshness = freshness  # a long-running process's watcher of the store: checks re-stat what changed
 
     @cached_property
     def scope(self) -> str:
@@ -245,12 +251,12 @@ class Repository:
             except LockBusy:
                 pass
 
-    def _catalog(self, wait: float) -> Catalog:
+    def _catalog(self, wait: float, freshness: StoreFreshness | None = None) -> Catalog:
         """The projection as the catalog of a check, or every file parsed when it cannot be used."""
         from ..index.catalog import open_catalog
 
         try:
-            return open_catalog(self.paths, self.scope, wait)
+            return open_catalog(self.paths, self.scope, wait, freshness)
         except (IndexBusy, IndexUnavailable, StoreError):
             return _Scanned(self.scan_read_only())
 
@@ -273,7 +279,7 @@ class Repository:
 
         ready_to_write(self.paths)
         with self.locked():
-            catalog = self._catalog(wait=self.lock_wait)
+            catalog = self._catalog(wait=self.lock_wait, freshness=self.freshness)
             mutation = _Mutation(self, catalog)
             try:
                 yield mutation

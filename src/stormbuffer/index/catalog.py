@@ -1,7 +1,7 @@
 """What a mutation looks up, answered by the projection instead of by parsing every record file.
 
-`open_catalog` brings the projection up to date with the stat-based check (a scan of the records
-directory compared with what the last sync stored; only changed files are read) and then answers
+`open_catalog` brings the projection up to date with the stat-based check (the record files' digest
+compared with what the last sync stored; only changed files are read) and then answers
 the repository's questions through the sqlite3 driver: where the file of an id is, which files hold
 a candidate or active record with a given scope, kind and normalized title, and which files are
 invalid. The repository reads and checks those few files itself.
@@ -11,6 +11,11 @@ the same way a sync would (rows, chunks, postings) and the stored digest of the 
 the next read finds the projection current without reading anything. That happens only when nobody
 synced in between (otherwise that sync saw the change); a busy or unusable projection is left for the
 next sync to catch up.
+
+A one-shot process scans every record file for the check and opens one connection. A long-running
+process hands in its `StoreFreshness`: the check then re-stats only the paths the watcher reported
+(`watched`), a write moves the kept list and its digest on by its own files, and the writer
+connection stays open between writes.
 """
 
 from __future__ import annotations
@@ -20,21 +25,18 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..core.errors import IndexBusy
+from ..core.errors import IndexBusy, IndexUnavailable
 from ..core.records import Record, RecordSummary, normalize
 from ..core.stores import StorePaths
 from . import postings
 from . import projection as pj
-from .sync import (
-    SyncReport,
-    files_fingerprint,
-    project_records,
-    projection_lock,
-    scan_files,
-    sync_scanned,
-    token_counter,
-)
+from .sync import FileList, SyncReport, project_records, projection_lock, token_counter
+from .watched import ProjectionConnection, WatchedFiles
+
+if TYPE_CHECKING:
+    from .freshness import StoreFreshness
 
 MATCHING = ("candidate", "active")
 
@@ -43,18 +45,23 @@ class Catalog:
     """The projection of one store as the index of a mutation in progress (the mutation lock is held)."""
 
     def __init__(
-        self, paths: StorePaths, files: dict[str, tuple[int, int, int]], fingerprint: str, report: SyncReport
-    ) -> None:
+        self, paths: StorePaths, files: FileList, report: SyncReport, conn: sqlite3.Connection,
+        owned: ProjectionConnection | None,
+    ) -> None:  # fmt: skip
         self.paths = paths
         self.invalid_files = [(f"records/{name}", message) for name, message in report.invalid_files]
         self._files = files
-        self._conn = pj.connect(paths.index_path)
-        settings = pj.get_settings(self._conn)
+        self._conn = conn  # a writer's, used for the check, the lookups and the projection of the write
+        self._owned = owned  # closed with the catalog (a one-shot process's); else kept by the process
+        settings = pj.get_settings(conn)
         self._generation = settings.get(pj.GENERATION)
-        self._current = settings.get(pj.FILES) == fingerprint  # the stored digest describes `files`
+        self._current = settings.get(pj.FILES) == files.fingerprint()  # the stored digest describes `files`
 
     def close(self) -> None:
-        self._conn.close()
+        if self._owned is not None:
+            self._owned.close()
+        elif self._conn.in_transaction:
+            self._conn.rollback()
 
     def path_of(self, record_id: str) -> Path | None:
         """The file that holds `record_id`, as the projection knows it."""
@@ -73,7 +80,7 @@ class Catalog:
     def summaries(self) -> list[RecordSummary]:
         """Every projected record's id, title, kind, scope and status, by id."""
         rows = self._conn.execute("SELECT id, title, kind, scope, status FROM records ORDER BY id")
-        return [RecordSummary(*row) for row in rows]
+        return list(map(RecordSummary._make, rows))
 
     def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None:
         """Project what the mutation wrote: (file, record and bytes now in it, or None when removed)."""
@@ -84,39 +91,42 @@ class Catalog:
             return  # the next sync reads the changed files
 
     def _project(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None:
-        conn = pj.connect(self.paths.index_path, writer=True)
+        conn, files = self._conn, self._files
         try:
             conn.execute("BEGIN IMMEDIATE")
             pj.check_version(conn)
             settings = pj.get_settings(conn)
-            if settings.get(pj.GENERATION) != self._generation:
-                return  # someone synced meanwhile and saw these files (rolled back on close)
-            files = dict(self._files)
+            generation = settings.get(pj.GENERATION)
             pending: dict[str, str] = json.loads(settings.get(pj.VERIFY) or "{}")
             count = None
             for path, record, data in changes:
                 name = path.relative_to(self.paths.root).as_posix()
                 pending.pop(name, None)
                 if record is None or data is None:
-                    files.pop(name, None)
+                    files.set(name, None)
                     conn.execute("DELETE FROM records WHERE path = ?", (name,))
                     continue
                 info = os.stat(path)
                 stat = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "inode": info.st_ino}
-                files[name] = (info.st_size, info.st_mtime_ns, info.st_ino)
+                files.set(name, (info.st_size, info.st_mtime_ns, info.st_ino))
+                if generation != self._generation:
+                    continue  # someone synced meanwhile and saw these files: only the list is kept up
                 sha256 = hashlib.sha256(data).hexdigest()
                 pending[name] = sha256  # just written: its stat alone is not to be trusted yet
                 count = count or token_counter(self.paths)
                 project_records(conn, [(name, record, sha256, stat)], count)
+            if generation != self._generation:
+                return  # rolled back below
             postings.apply_changes(conn)
             pj.set_settings(conn, {
                 pj.GENERATION: str(int(self._generation or 0) + 1),
-                pj.FILES: files_fingerprint(files) if self._current else "",
+                pj.FILES: files.fingerprint() if self._current else "",
                 pj.VERIFY: json.dumps(pending),
             })  # fmt: skip
             conn.execute("COMMIT")
         finally:
-            conn.close()
+            if conn.in_transaction:
+                conn.rollback()
 
 
 def ready_to_write(paths: StorePaths) -> None:
@@ -127,11 +137,26 @@ def ready_to_write(paths: StorePaths) -> None:
     token_counter(paths)
 
 
-def open_catalog(paths: StorePaths, scope: str, wait: float) -> Catalog:
-    """The store's projection brought up to date, as a catalog. Raises IndexBusy when another writer
-    keeps the projection longer than `wait` seconds, IndexUnavailable when it cannot be used."""
-    with projection_lock(paths, wait=wait):
-        files = scan_files(paths)
-        fingerprint = files_fingerprint(files)
-        report = sync_scanned(paths, scope, files, None, fingerprint=fingerprint)
-        return Catalog(paths, files, fingerprint, report)
+def open_catalog(paths: StorePaths, scope: str, wait: float, warm: StoreFreshness | None = None) -> Catalog:
+    """The store's projection brought up to date, as a catalog; `warm`: the long-running process's
+    freshness of this store, whose kept list of files and writer connection the check uses. Raises
+    IndexBusy when another writer keeps the projection longer than `wait` seconds, IndexUnavailable
+    when it cannot be used."""
+    if warm is not None:
+        watched, source, connection, owned = warm.files, warm.current_watcher(), warm.write_connection, False
+    else:
+        watched, source, connection, owned = WatchedFiles(paths), None, ProjectionConnection(paths), True
+    try:
+        with projection_lock(paths, wait=wait):
+            report, files = watched.sync(source, scope, None, connection.get())
+            conn = connection.get()  # the sync may have made or replaced the file
+            if conn is None:
+                raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE)
+            return Catalog(paths, files, report, conn, connection if owned else None)
+    except sqlite3.Error as exc:
+        connection.close()
+        raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE) from exc
+    except BaseException:
+        if owned:
+            connection.close()
+        raise

@@ -6,7 +6,11 @@ per store, and runs that full check only when something may have changed:
 
 - A watcher thread on `records/` (recursive; inotify on Linux, FSEvents on macOS, polling where
   neither works) is started before the store's first sync. Every event below it (a file created,
-  modified in place, deleted or moved, a directory created later) bumps a change counter.
+  modified in place, deleted or moved, a directory created later) bumps a change counter, and the
+  paths it names are kept (up to `MAX_PATHS`) for the next check.
+- That check, a read's or a write's, re-stats only those paths in the list of files kept since the
+  last full scan (`watched.WatchedFiles`) and compares the list's digest with the one the last
+  sync or write stored; only a difference costs a full scan.
 - A sync remembers the counter as it was when the sync started. The store counts as current
   only while the counter has not moved since, so a change that lands during a sync is synced by
   the next read.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -43,9 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.stores import StorePaths
+from ..core.stores import StorePaths, record_scope
 from . import projection as pj
-from .sync import Embedder, SyncReport, sync_store
+from .sync import Embedder, SyncReport, projection_lock
+from .watched import ProjectionConnection, WatchedFiles
 
 if TYPE_CHECKING:
     from watchfiles._rust_notify import RustNotify
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
 DEBOUNCE_MS = 40  # longest a burst of events is grouped before the counter moves
 STEP_MS = 20  # how often the watcher thread looks for events (and for the stop request)
 RECHECK_S = 60.0
+MAX_PATHS = 4096  # changed paths kept between two checks; more → the files are listed afresh
 POLL_DELAY_MS = 300  # only where the watcher falls back to polling
 MOUNTS = Path("/proc/self/mounts")
 SHARED_FILE_SYSTEMS = frozenset({
@@ -85,6 +92,7 @@ class RecordsWatcher:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._changes = 0
+        self._paths: set[str] | None = set()  # reported since `take_paths` last ran; None: too many
         self._alive = True
         self._thread = threading.Thread(target=self._run, name="stormbuffer-records-watcher", daemon=True)
         self._thread.start()
@@ -115,18 +123,30 @@ class RecordsWatcher:
             while not self._stop.is_set():
                 found = self._notify.watch(DEBOUNCE_MS, STEP_MS, 0, self._stop)
                 if isinstance(found, set):  # otherwise "stop", or "signal"/"timeout", which never apply here
-                    self._note(any(path == self._root for _change, path in found))
+                    changed = {path for _change, path in found}
+                    self._note(changed, retire=self._root in changed)
         except Exception as exc:  # the library reports every watcher failure as an exception
             logger.warning("stopped watching a records directory: %s", type(exc).__name__)
         finally:
-            self._note(retire=True)
+            self._note(set(), retire=True)
             self._notify.close()
 
-    def _note(self, retire: bool) -> None:
-        """Count one group of events; `retire` when events no longer cover the records (the directory
-        itself was moved or removed, or the thread ends)."""
+    def take_paths(self) -> set[str] | None:
+        """The paths reported since the last call, which forgets them; None when more than
+        `MAX_PATHS` were (or the watcher retired): then the list of files must be made afresh."""
+        with self._lock:
+            paths, self._paths = self._paths, set()
+            return paths if self._alive else None
+
+    def _note(self, paths: set[str], retire: bool) -> None:
+        """Count one group of events and keep its paths; `retire` when events no longer cover the
+        records (the directory itself was moved or removed, or the thread ends)."""
         with self._lock:
             self._changes += 1
+            if self._paths is not None:
+                self._paths |= paths
+                if len(self._paths) > MAX_PATHS:
+                    self._paths = None
             if retire:
                 self._alive = False
                 self._stop.set()
@@ -156,6 +176,9 @@ class StoreFreshness:
         self._watcher: RecordsWatcher | None = None
         self._synced: _Synced | None = None
         self._closed = False
+        self.files = WatchedFiles(paths, recheck_s=recheck_s, clock=clock)
+        self.write_connection = ProjectionConnection(paths)  # for writes, which hold the mutation lock
+        self._read_connection = ProjectionConnection(paths)  # for checks, which hold `_lock`
         self._watch()
 
     @property
@@ -176,10 +199,15 @@ class StoreFreshness:
             watcher = self._watch()
             started = watcher.changes if watcher is not None else None
             self._synced = None
-            report = sync_store(self.paths, embedder)
+            report = self._check(watcher, embedder)
             if started is not None and report.complete and report.vector_failure is None:
                 self._synced = self._after_sync(started, model)
             return report
+
+    def current_watcher(self) -> RecordsWatcher | None:
+        """The watcher, started (again) when there is none that can be trusted: for a write's check."""
+        with self._lock:
+            return self._watch()
 
     def needs_sync(self, embedder: Embedder | None = None) -> bool:
         """Whether the next `sync` would run the full check."""
@@ -196,6 +224,8 @@ class StoreFreshness:
         with self._lock:
             self._closed = True
             self._synced = None
+            self._read_connection.close()
+            self.write_connection.close()
             if self._watcher is not None:
                 self._watcher.close()
                 self._watcher = None
@@ -215,6 +245,17 @@ class StoreFreshness:
             return False
         synced.signature = signature  # rewritten with the same content (a checkpoint, another process's no-op sync)
         return True
+
+    def _check(self, watcher: RecordsWatcher | None, embedder: Embedder | None) -> SyncReport:
+        """`sync_store`, on the files as the watcher keeps them: only a store whose digest moved is
+        scanned in full."""
+        scope = record_scope(self.paths)
+        with projection_lock(self.paths):
+            try:
+                conn = self._read_connection.get()
+            except sqlite3.Error:
+                conn = None
+            return self.files.sync(watcher, scope, embedder, conn)[0]
 
     def _watch(self) -> RecordsWatcher | None:
         """The running watcher, started (again) when there is none that can be trusted."""

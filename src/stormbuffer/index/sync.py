@@ -173,7 +173,7 @@ def sync_scanned(
 ) -> SyncReport:
     """`sync_store` for a caller that holds the projection lock and has just scanned the files (and
     perhaps computed their `files_fingerprint`)."""
-    current = _current_report(paths, files, embedder, fingerprint or files_fingerprint(files))
+    current = current_report(paths, files, embedder, fingerprint or files_fingerprint(files))
     if current is not None:
         return current
     engine, rebuilt = _open_for_writing(paths.index_path)
@@ -247,33 +247,67 @@ def reindex_store(
         return report
 
 
+class FileList:
+    """Store-relative path → (size, mtime_ns, inode) of the record files, with their digest kept as
+    the files change: the sum, modulo 2**128, of each file's blake2b digest of its path and stat. The
+    sum does not depend on the order the files were listed in, so a write moves it on by its own
+    files alone, and a process that scanned the store compares one value with what the last sync
+    stored (`pj.FILES`)."""
+
+    def __init__(self, stats: dict[str, Stat]) -> None:
+        self.stats = stats
+        self._sum = sum(map(_file_term, stats.items())) % _DIGEST_MODULUS
+
+    def set(self, path: str, stat: Stat | None) -> None:
+        """Note the stat of `path` now (None: there is no such record file)."""
+        old = self.stats.pop(path, None)
+        if old is not None:
+            self._sum -= _file_term((path, old))
+        if stat is not None:
+            self.stats[path] = stat
+            self._sum += _file_term((path, stat))
+        self._sum %= _DIGEST_MODULUS
+
+    def fingerprint(self) -> str:
+        return f"{len(self.stats)}-{self._sum:032x}"
+
+
+_DIGEST_MODULUS = 1 << 128
+
+
+def _file_term(item: tuple[str, Stat]) -> int:
+    """One file's part of the digest. `marshal` (fast; its format may change with the Python version,
+    which then costs one full check) in its version 2, whose bytes do not depend on how many
+    references each value has (later versions mark shared objects)."""
+    return int.from_bytes(hashlib.blake2b(marshal.dumps(item, 2), digest_size=16).digest(), "little")
+
+
 def files_fingerprint(files: dict[str, Stat]) -> str:
-    """A digest of every record file's path and (size, mtime_ns, inode), by path (so a write can
-    compute the digest after its change from the scan before it, whatever order the directory lists
-    a new file in). The values are serialized by `marshal` (fast; its format may change with the
-    Python version, which then costs one full check) in its version 2, whose bytes do not depend on
-    how many references each value has (later versions mark shared objects)."""
-    names = sorted(files)
-    digest = hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16)
-    digest.update(marshal.dumps([files[name] for name in names], 2))
-    return digest.hexdigest()
+    """The digest of these files, as `FileList` keeps it."""
+    return FileList(files).fingerprint()
 
 
-def _current_report(
-    paths: StorePaths, files: dict[str, Stat], embedder: Embedder | None, fingerprint: str
+def current_report(
+    paths: StorePaths,
+    files: dict[str, Stat],
+    embedder: Embedder | None,
+    fingerprint: str,
+    conn: sqlite3.Connection | None = None,
 ) -> SyncReport | None:
     """The report of a sync with nothing to do, or None when there may be work (or any doubt).
 
     Nothing to do means: the files have exactly the metadata the last sync stored (one digest
     compared, not a row per file), the files a write stored too recently to trust their metadata
     still have the content it wrote (`_verified`), and, given an embedder, the vectors are current.
-    Only the driver's connection is used, so a one-shot process reads without importing SQLAlchemy.
+    Only the driver's connection is used (`conn`, a writer's, when given; it is left open), so a
+    one-shot process reads without importing SQLAlchemy.
     """
     index_path = paths.index_path
-    if not index_path.is_file():
+    if conn is None and not index_path.is_file():
         return None
     try:
-        conn = pj.connect(index_path, writer=True)
+        own = conn is None
+        conn = conn or pj.connect(index_path, writer=True)
     except sqlite3.Error:
         return None
     try:
@@ -297,7 +331,10 @@ def _current_report(
     except (sqlite3.Error, pj.ProjectionUnusable):
         return None
     finally:
-        conn.close()  # without COMMIT, the transaction is rolled back
+        if own:
+            conn.close()  # without COMMIT, the transaction is rolled back
+        elif conn.in_transaction:
+            conn.rollback()
 
 
 def _verified(

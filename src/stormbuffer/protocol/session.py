@@ -31,8 +31,10 @@ class Session:
     lock_wait: float = DEFAULT_LOCK_WAIT_S  # seconds a write waits for a busy store
 
     def repository(self) -> Repository:
-        """The selected store's repository, waiting for a busy store as configured."""
-        return Repository(self.selected, lock_wait=self.lock_wait)
+        """The selected store's repository, waiting for a busy store as configured; its writes check
+        the store through the watcher, when this process keeps one."""
+        freshness = self.freshness.store(self.selected) if self.freshness is not None else None
+        return Repository(self.selected, lock_wait=self.lock_wait, freshness=freshness)
 
 
 class NoEmbedder:

@@ -83,7 +83,7 @@ class StoreContext:
         return self.session.selected
 
     def repository(self) -> Repository:
-        return Repository(self.selected)
+        return self.session.repository()
 
     def warm_up(self) -> None:
         """What the first read would do first: import the retrieval layer and sync the view's stores,
