@@ -234,3 +234,72 @@ def test_the_daemon_sees_an_external_duplicate_made_while_it_was_idle(tmp_path: 
     assert (answer["result"]["outcome"], answer["result"]["related_id"]) == ("duplicate_of", other.id)
     served = relay.ask("status", env)
     assert served is not None and served["served"] > status["served"]
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (the background scan still runs on real time)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def threaded_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The thread name of every full scan of the records directory, checks and background scans alike."""
+    counted: list[str] = []
+
+    def counting(paths: StorePaths) -> dict[str, tuple[int, int, int]]:
+        found = scan_files(paths)
+        counted.append(threading.current_thread().name)
+        return found
+
+    monkeypatch.setattr(watched, "scan_files", counting)
+    return counted
+
+
+def background_scans(scans: list[str], more: int) -> None:
+    """Wait until `more` further background scans have finished."""
+    wanted = scans.count("stormbuffer-recheck") + more
+    deadline = time.monotonic() + GUARD_S
+    while scans.count("stormbuffer-recheck") < wanted:
+        assert time.monotonic() < deadline, "no background scan ran"
+        time.sleep(0.05)
+
+
+def test_a_background_scan_that_agrees_spares_writes_the_recheck(store: StorePaths, threaded_scans: list[str]) -> None:
+    clock = Clock()
+    fresh = StoreFreshness(store, recheck_s=2.0, clock=clock)  # a background scan every second
+    try:
+        repo = warm(store, fresh)
+        clock.now = 1.5
+        background_scans(threaded_scans, 2)  # the second one started at 1.5 at the latest
+        clock.now = 3.0  # past the bound of the first write's scan, not of the background one
+        foreground = len(threaded_scans) - threaded_scans.count("stormbuffer-recheck")
+        assert repo.propose(draft(store, "After the bound", "No scan of its own.\n"), "agent").outcome
+        assert len(threaded_scans) - threaded_scans.count("stormbuffer-recheck") == foreground
+    finally:
+        fresh.close()
+
+
+def test_a_background_scan_that_disagrees_makes_the_next_write_scan(
+    store: StorePaths, threaded_scans: list[str]
+) -> None:
+    clock = Clock()
+    fresh = StoreFreshness(store, recheck_s=2.0, clock=clock)
+    try:
+        repo = warm(store, fresh)
+        before = changes(fresh)
+        other = write_record(store, "Unseen create", "Same body.\n", status="candidate")
+        seen(fresh, before)
+        assert fresh.watcher is not None
+        fresh.watcher.take_paths()  # as if the kernel's queue had overflowed unnoticed
+        clock.now = 1.5
+        background_scans(threaded_scans, 2)
+        clock.now = 1.6  # within the bound: only the background scan's disagreement makes this write scan
+        result = repo.propose(draft(store, "Unseen create", "Same body.\n"), "agent")
+        assert (result.outcome, result.related_id) == ("duplicate_of", other.id)
+    finally:
+        fresh.close()

@@ -32,7 +32,9 @@ per store, and runs that full check only when something may have changed:
 - A watcher does not see everything: the kernel's event queue can overflow under a burst of
   file activity (the watcher library does not pass the overflow on), and a shared file system
   may not be recognized as one (only Linux mount tables are read). A full check at least every
-  `RECHECK_S` seconds bounds how long such a change stays unseen.
+  `RECHECK_S` seconds bounds how long such a change stays unseen. A background thread scans the
+  files every half of that bound and, when the scan agrees with what the watcher reported, spares
+  the next read or write the full scan of a large store.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.errors import IndexBusy, StoreError
 from ..core.stores import StorePaths, record_scope
 from . import projection as pj
 from .sync import Embedder, SyncReport, projection_lock
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 DEBOUNCE_MS = 40  # longest a burst of events is grouped before the counter moves
 STEP_MS = 20  # how often the watcher thread looks for events (and for the stop request)
 RECHECK_S = 60.0
+MIN_VERIFY_S = 1.0  # shortest pause between two background scans
 MAX_PATHS = 4096  # changed paths kept between two checks; more → the files are listed afresh
 POLL_DELAY_MS = 300  # only where the watcher falls back to polling
 MOUNTS = Path("/proc/self/mounts")
@@ -180,6 +184,8 @@ class StoreFreshness:
         self.write_connection = ProjectionConnection(paths)  # for writes, which hold the mutation lock
         self._read_connection = ProjectionConnection(paths)  # for checks, which hold `_lock`
         self._watch()
+        self._stopping = threading.Event()
+        threading.Thread(target=self._verify_in_background, name="stormbuffer-recheck", daemon=True).start()
 
     @property
     def watcher(self) -> RecordsWatcher | None:
@@ -221,6 +227,7 @@ class StoreFreshness:
             self._synced = None
 
     def close(self) -> None:
+        self._stopping.set()
         with self._lock:
             self._closed = True
             self._synced = None
@@ -229,6 +236,17 @@ class StoreFreshness:
             if self._watcher is not None:
                 self._watcher.close()
                 self._watcher = None
+
+    def _verify_in_background(self) -> None:
+        """Every half of the recheck bound, the kept file list confirmed by a full scan (`WatchedFiles.verify`)."""
+        while not self._stopping.wait(max(self._recheck_s / 2, MIN_VERIFY_S)):
+            watcher = self._watcher
+            if watcher is None or not watcher.trusted():
+                continue
+            try:
+                self.files.verify(watcher)
+            except (OSError, StoreError, IndexBusy):
+                continue  # left for a check once the bound has passed
 
     def _current(self, model: str | None) -> bool:
         synced, watcher = self._synced, self._watcher

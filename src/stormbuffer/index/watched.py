@@ -10,11 +10,14 @@ from the watcher (see `freshness`); so the kept list only ever confirms.
 
 The list is scanned afresh when there is no trusted watcher, when the watcher's set of paths
 overflowed or the watcher was replaced, when a directory below the records appeared, moved or was
-removed, and when the last full scan is older than the recheck bound.
+removed, and when the last full scan is older than the recheck bound. A long-running process
+confirms the kept list by a full scan in the background well within that bound (`verify`), so that
+the bound is reached only when the two disagree or the background scan could not run.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import stat as stat_mode
@@ -25,7 +28,7 @@ from typing import Protocol
 
 from ..core.stores import StorePaths
 from . import projection as pj
-from .sync import Embedder, FileList, SyncReport, current_report, scan_files, sync_scanned
+from .sync import Embedder, FileList, SyncReport, current_report, projection_lock, scan_files, sync_scanned
 
 
 class PathSource(Protocol):
@@ -83,6 +86,21 @@ class WatchedFiles:
             if source is not None:
                 source.take_paths()  # what was reported up to now is in the scan
             return self._scan(source)
+
+    def verify(self, source: PathSource) -> None:
+        """Check the kept list against a full scan made off the check path (by a background thread, so
+        that no check waits for a large store's scan): when they agree, the recheck bound starts again
+        from the scan; otherwise the next check scans in full. Raises IndexBusy while the projection
+        is busy (the kept list is then left as it is), StoreError without a records directory."""
+        started = self._clock()
+        scanned = FileList(scan_files(self.paths))
+        with projection_lock(self.paths), self._lock:
+            kept = self._list
+            if kept is None or source is not self._source or self._scanned_at > started:
+                return  # no list to confirm, or a check scanned in full meanwhile
+            changed = source.take_paths()
+            agree = changed is not None and all(self._restat(kept, path) for path in changed)
+            self._scanned_at = started if agree and kept.fingerprint() == scanned.fingerprint() else -math.inf
 
     def _scan(self, source: PathSource | None) -> FileList:
         files = FileList(scan_files(self.paths))
