@@ -52,7 +52,7 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BE
 import httpx2  # noqa: E402
 from corpus import QUERIES  # noqa: E402
 from invoke_latency import build, environment, timed_run  # noqa: E402
-from machine import machine  # noqa: E402
+from machine import machine, result_rows  # noqa: E402
 
 from stormbuffer.core.repository import Repository  # noqa: E402
 from stormbuffer.core.stores import StorePaths  # noqa: E402
@@ -281,16 +281,7 @@ def main() -> None:
                and checked["phantom_busy_writes"] == 0)  # fmt: skip
 
     measured = {"sbuf_version": version, "start_to_first_200": start, **warmed}
-    results = [
-        {
-            "name": name,
-            "seconds": round(value, 4),
-            "ratio_to_version": round(value / version, 2),
-            "target_s": TARGETS_S.get(name),
-            "meets_target": None if name not in TARGETS_S else value <= TARGETS_S[name],
-        }
-        for name, value in measured.items()
-    ]
+    results = result_rows(measured, TARGETS_S, version)
     report = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),

@@ -15,3 +15,18 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
     }
+
+
+def result_rows(measured: dict[str, float], targets: dict[str, float], version: float | None = None) -> list[dict]:
+    """One result row per measured figure: seconds, its ratio to `sbuf --version` (given that time) and
+    whether it meets its target (None when it has none)."""
+    return [
+        {
+            "name": name,
+            "seconds": round(value, 4),
+            **({"ratio_to_version": round(value / version, 2)} if version else {}),
+            "target_s": targets.get(name),
+            "meets_target": None if name not in targets else value <= targets[name],
+        }
+        for name, value in measured.items()
+    ]

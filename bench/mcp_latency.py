@@ -39,7 +39,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import QUERIES  # noqa: E402
 from invoke_latency import build, environment  # noqa: E402
-from machine import machine  # noqa: E402
+from machine import machine, result_rows  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "mcp_latency.json"
 ADAPTER = Path(sys.executable).parent / "stormbuffer-mcp"
@@ -132,15 +132,7 @@ def main() -> None:
     adapter = Adapter(paths.root.parent, environment(work, "cache"))
     measured = anyio.run(measure, adapter, record_id, options.starts, options.warm_rounds)
     samples = measured.pop("samples")
-    results = [
-        {
-            "name": name,
-            "seconds": round(value, 4),
-            "target_s": TARGETS_S.get(name),
-            "meets_target": None if name not in TARGETS_S else value <= TARGETS_S[name],
-        }
-        for name, value in measured.items()
-    ]
+    results = result_rows(measured, TARGETS_S)
     report = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
