@@ -16,6 +16,7 @@ from ..core.records import KIND_REASON, KINDS, STATUSES, Record, Source
 from ..core.repository import Repository, must_be
 from ..core.stores import StorePaths, initialize_store, read_config
 from ..core.timestamps import Timestamp, later_of
+from . import warm
 from .context import current, fail
 from .editor import edit_text, review_draft
 from .failures import fail_on_invalid_records, failing, warn_degraded
@@ -268,7 +269,7 @@ def add(title: str | None, kind: str | None, body: str | None, access: str) -> N
     repository = _repository("could not add record")
     draft = _new_draft(repository.scope, title, kind, body, "active", access, HUMAN_SOURCE)
     with failing("could not add record"):
-        record = review_draft(draft, current().env, repository.add, complete=body is not None)
+        record = review_draft(draft, current().env, lambda made: warm.add(repository, made), complete=body is not None)
     click.echo(record.id)
     click.echo(f"Visible to {ACCESS_AUDIENCE[record.access]}", err=True)
 
@@ -422,7 +423,7 @@ def list_records(include_all: bool, as_json: bool) -> None:
     current().machine_mode = as_json
     repository = selected_repository()
     with failing("could not list records"):
-        summaries, invalid = repository.listing()
+        summaries, invalid = warm.listing(repository)
     warn_degraded(invalid)
     records = [record for record in summaries if include_all or record.status == "active"]
     if as_json:

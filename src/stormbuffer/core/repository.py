@@ -223,9 +223,16 @@ class Repository:
 
     def listing(self) -> tuple[list[RecordSummary], list[tuple[str, str]]]:
         """Every valid record's summary, by id, and the invalid record files (store-relative path,
-        reason): read from the projection after its stat-based check, not from every file."""
+        reason): read from the projection after its stat-based check (in a long-running process, its
+        watcher's), not from every file."""
         _ = self.scope
         self._recover_if_idle()
+        if self.freshness is not None:
+            from ..index.catalog import warm_listing
+
+            found = warm_listing(self.paths, self.freshness)
+            if found is not None:
+                return found
         catalog = self._catalog(wait=0.0)
         try:
             return catalog.summaries(), catalog.invalid_files

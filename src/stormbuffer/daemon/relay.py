@@ -1,5 +1,5 @@
 """The doors' side of the daemon: reach it (starting it when asked), relay MCP bytes, ask one
-`invoke`, ask for its status or its end. Standard library only: never the SDK, never NumPy.
+`invoke` or human command, ask for its status or its end. Standard library only: never the SDK, never NumPy.
 
 Every connection opens with one JSON line (`hello`: the door, this install's identity, the working
 directory and the variables that select stores) answered by one JSON line. A daemon of another
@@ -19,6 +19,7 @@ from typing import Any
 
 from .runtime import (
     MAX_HELLO_BYTES,
+    MAX_HUMAN_PAYLOAD,
     PROTOCOL,
     SESSION_END,
     Runtime,
@@ -233,6 +234,27 @@ def invoke(operation: str, view: str, data: bytes, env: Mapping[str, str]) -> tu
 
             line = encode(failure(operation, "internal_error", "the memory daemon stopped before answering"))
             return line, False, []
+    finally:
+        connection.close()
+
+
+def human(operation: str, view: str, payload: bytes, env: Mapping[str, str]) -> Reply:
+    """The reply of a running daemon to one human command (`add`, `list`; see `daemon.human`); never
+    starts one. Raises Unreachable when no daemon took the command (the caller runs it itself). Once
+    the payload is sent the command may have run, so a daemon that stops then answers `stopped`."""
+    if len(payload) > MAX_HUMAN_PAYLOAD:
+        raise Unreachable()
+    message = hello("human", env, operation=operation, view=view, length=len(payload))
+    connection = open_door(message, env, start=False)
+    try:
+        if connection.reply.get("ok") is not True:
+            raise Unreachable()
+        try:
+            connection.sock.sendall(payload)
+            reply = json.loads(connection.reader.readline())
+        except (OSError, ValueError):
+            reply = None
+        return reply if isinstance(reply, dict) else {"ok": False, "failure": "stopped"}
     finally:
         connection.close()
 

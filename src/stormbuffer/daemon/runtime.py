@@ -29,6 +29,7 @@ SESSION_ENV = (
 )  # fmt: skip
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 MAX_HELLO_BYTES = 65536
+MAX_HUMAN_PAYLOAD = 1 << 24  # a human command's payload (one record's Markdown); larger ones run in `sbuf`
 # The daemon's last line on an MCP connection after the session ended normally (never relayed):
 # without it, the daemon went away and the relay answers what is still open.
 SESSION_END = b'{"stormbuffer-daemon":"session-end"}\n'

@@ -4,8 +4,9 @@ It keeps what is expensive to start: the MCP SDK, the model (one per model cache
 session), the projections and vector matrices the retrieval layer caches, and one file watcher per
 store. Each connection says which door it is in its hello: `mcp` (an MCP session on the SDK with
 that relay's view, write grant, working directory and environment), `invoke` (one `sbuf invoke`),
-`status` or `stop`. Store operations of all sessions run one at a time in one worker thread, in
-the order they arrive, so the retrieval caches are never used from two threads.
+`human` (one `sbuf add` or `sbuf list`, see `human`), `status` or `stop`. Store operations of all
+sessions run one at a time in one worker thread, in the order they arrive, so the retrieval caches
+are never used from two threads.
 
 A service that should live as long as the daemon (for example an HTTP door) is a coroutine taking
 the `Shared` state, passed to `Daemon(services=...)`: it runs in the daemon's task group and builds
@@ -40,6 +41,7 @@ from stormbuffer import __version__
 
 from .runtime import (
     MAX_HELLO_BYTES,
+    MAX_HUMAN_PAYLOAD,
     PROTOCOL,
     SESSION_END,
     Runtime,
@@ -274,6 +276,8 @@ class Daemon:
             await self._mcp(connection, message)
         elif door == "invoke":
             await self._invoke(connection, message)
+        elif door == "human":
+            await self._human(connection, message)
         else:
             connection.reply({"ok": False, "reason": "unknown_door"})
 
@@ -329,6 +333,28 @@ class Daemon:
 
         result = await anyio.to_thread.run_sync(answer, limiter=self.shared.worker)
         connection.reply(result)
+
+    async def _human(self, connection: Connection, message: Mapping[str, Any]) -> None:
+        """One human command of `sbuf` (`human.OPERATIONS`): its payload follows the hello."""
+        from .human import OPERATIONS, answer
+
+        operation = str(message.get("operation"))
+        if operation not in OPERATIONS:
+            connection.reply({"ok": False, "reason": "unknown_operation"})
+            return
+        connection.reply({"ok": True, "pid": os.getpid()})
+        length = min(int(message.get("length", 0)), MAX_HUMAN_PAYLOAD)
+        payload = await anyio.to_thread.run_sync(connection.reader.read, length)
+
+        def run() -> dict[str, Any]:
+            try:
+                session = self.shared.session(str(message.get("view")), str(message.get("cwd")),
+                                              dict(message.get("env", {})), acquire=False)  # fmt: skip
+            except Exception:
+                return {"ok": False, "failure": "error", "message": "could not resolve store"}
+            return answer(session, operation, payload)
+
+        connection.reply(await anyio.to_thread.run_sync(run, limiter=self.shared.worker))
 
 
 def _import(module: str) -> None:

@@ -27,12 +27,12 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.errors import IndexBusy, IndexUnavailable
+from ..core.errors import IndexBusy, IndexUnavailable, StoreError
 from ..core.records import Record, RecordSummary, normalize
 from ..core.stores import StorePaths
 from . import postings
 from . import projection as pj
-from .sync import FileList, SyncReport, project_records, projection_lock, token_counter
+from .sync import FileList, SyncReport, invalid_files, project_records, projection_lock, token_counter
 from .watched import ProjectionConnection, WatchedFiles
 
 if TYPE_CHECKING:
@@ -79,8 +79,7 @@ class Catalog:
 
     def summaries(self) -> list[RecordSummary]:
         """Every projected record's id, title, kind, scope and status, by id."""
-        rows = self._conn.execute("SELECT id, title, kind, scope, status FROM records ORDER BY id")
-        return list(map(RecordSummary._make, rows))
+        return _summaries(self._conn)
 
     def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None:
         """Project what the mutation wrote: (file, record and bytes now in it, or None when removed)."""
@@ -127,6 +126,26 @@ class Catalog:
         finally:
             if conn.in_transaction:
                 conn.rollback()
+
+
+def _summaries(conn: sqlite3.Connection) -> list[RecordSummary]:
+    rows = conn.execute("SELECT id, title, kind, scope, status FROM records ORDER BY id")
+    return list(map(RecordSummary._make, rows))
+
+
+def warm_listing(paths: StorePaths, warm: StoreFreshness) -> tuple[list[RecordSummary], list[tuple[str, str]]] | None:
+    """A long-running process's listing: the projection brought up to date through its watcher (a full
+    check only when something may have changed), then read on a connection of its own; the summaries
+    and the invalid files as `Catalog` has them. None when the projection cannot be used now."""
+    try:
+        warm.sync(None)
+        path = pj.existing_index_path(paths)
+        if path is None:
+            return None
+        with pj.reading(path) as conn:
+            return _summaries(conn), [(f"records/{name}", why) for name, why in invalid_files(conn)]
+    except (IndexBusy, IndexUnavailable, StoreError, sqlite3.Error):
+        return None
 
 
 def ready_to_write(paths: StorePaths) -> None:

@@ -324,7 +324,7 @@ def current_report(
             settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and current_layout(settings, index_path)
         ):
             return None
-        report = SyncReport(skipped=_record_count(conn), invalid_files=_invalid_files(conn), hashed=hashed)
+        report = SyncReport(skipped=_record_count(conn), invalid_files=invalid_files(conn), hashed=hashed)
         pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
         conn.execute("COMMIT")
         return report
@@ -380,7 +380,7 @@ def _record_count(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
 
 
-def _invalid_files(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+def invalid_files(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     """(name under records/, reason) of every invalid file the projection knows, by name."""
     rows = conn.execute("SELECT path, message FROM invalid_files ORDER BY path")
     return [(path.removeprefix("records/"), message) for path, message in rows]
@@ -523,7 +523,7 @@ class _Sync:
         if _stored_stats(conn) != files:
             return False
         self.report.skipped = _record_count(conn)
-        self.report.invalid_files = _invalid_files(conn)
+        self.report.invalid_files = invalid_files(conn)
         pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
         return True
 
