@@ -163,6 +163,27 @@ def test_a_long_line_is_sent_only_around_its_token_shaped_run() -> None:
     assert set(sent.split()) <= set(words)
 
 
+def test_base64_of_plain_words_is_not_sent_to_the_engine_but_encoded_names_and_values_are() -> None:
+    import base64
+
+    def encoded(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    prose = [encoded("the deploy failed slowly because the cache was cold."), encoded("index rebuilt overnight.")]
+    assert prose[0].endswith("==") and not prose[1].endswith("=")  # the padding `=` ends a run
+    assert all(any(character.isdigit() for character in run) for run in prose)  # token-shaped runs
+    kept = [
+        encoded("password: hunter2 and more words"),  # an assignment
+        encoded("user:correct-horse-battery-staple"),  # Basic credentials
+        encoded('{"type": "service_account", "private_key_id": "1a2b3c"}'),  # a key file
+        encoded("deploy with token 0a1b2c3d4e5f6a7b8c9d"),  # a digit: no plain words
+    ]
+    filler = ["plain notes about the deploy"] * 60
+    sent = "\n".join(sent_to_engine("\n".join([*filler, *prose, *filler, *kept, *filler])))
+    assert not any(run.rstrip("=") in sent for run in prose)
+    assert all(run.rstrip("=") in sent for run in kept)
+
+
 def test_a_secret_deep_in_a_64_kib_body_is_found_by_the_engine() -> None:
     """Our rules have no Databricks rule; the engine does, in whichever window the token lands."""
     token = "dapi" + "0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d"
