@@ -11,8 +11,9 @@ hash of question id + session id; the label → session mapping stays in this sc
 evidence-session ids start with `answer_` and would leak the answer to lexical search. Queries
 are asked at the question's date (`SearchOptions.now`), so that "four weeks ago" means what it
 meant to the asker. Answerable questions only (`_abs` questions are skipped); `--stride N` takes
-every Nth of them and `--questions N` the first N (deterministic subsets). Metrics on the ranked
-distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in the
+every Nth of them, `--skip N` leaves out the first N of those and `--questions N` keeps the first N
+(deterministic subsets; `--skip` lets two processes embed two halves of the set at once). Metrics on
+the ranked distinct records (at most 10): recall_any@{1,5,10} (some record of an evidence session in the
 top k), fractional recall@{5,10} (share of evidence sessions covered), NDCG@10 and MRR over the
 distinct sessions of those records (binary relevance), and at turn level, over the questions
 whose turns carry `has_answer`: turn_recall_any@1 (the first record is an evidence turn) and
@@ -32,7 +33,7 @@ text twice across runs (bench/embedding_cache.py). Prints a table, writes bench/
 (or `--out`).
 
 Usage: python bench/quality.py [--data DIR] [--work DIR] [--only longmemeval|scifact] [--questions N]
-       [--stride N] [--lexical-weights W,...] [--lexical-only] [--dump FILE] [--out FILE]
+       [--stride N] [--skip N] [--lexical-weights W,...] [--lexical-only] [--dump FILE] [--out FILE]
 """
 
 from __future__ import annotations
@@ -137,10 +138,10 @@ def mean(values: list[float]) -> float:
 # ---- LongMemEval ---------------------------------------------------------------------------------
 
 
-def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int,
+def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, stride: int, skip: int,
                 dump: Dumper) -> dict[str, Any]:  # fmt: skip
     items = json.loads(gzip.decompress((data / "longmemeval" / "longmemeval_s.subset100.seed0.json.gz").read_bytes()))
-    answerable = [item for item in items if not item["question_id"].endswith("_abs")][::stride][:questions]
+    answerable = [item for item in items if not item["question_id"].endswith("_abs")][::stride][skip:][:questions]
     scores: dict[str, dict[str, list[float]]] = {variant: {} for variant in VARIANTS}
     started = time.perf_counter()
     with progress_bar("LongMemEval questions", len(answerable)) as bar:
@@ -170,7 +171,8 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
             bar(done)
     return {
         "questions": len(answerable),
-        "subset": f"every {stride}th answerable question" if stride > 1 else "every answerable question",
+        "subset": (f"every {stride}th answerable question" if stride > 1 else "every answerable question")
+        + (f", the first {skip} left out" if skip else ""),
         "question_ids": [item["question_id"] for item in answerable],
         "questions_with_turn_labels": len(next(iter(scores.values())).get("turn_recall@10", [])),
         "seconds": round(time.perf_counter() - started, 1),
@@ -319,6 +321,7 @@ def main() -> None:
     parser.add_argument(
         "--stride", type=int, default=1, help="use every Nth answerable LongMemEval question (a deterministic subset)"
     )
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N questions of that selection")
     parser.add_argument("--out", type=Path, default=RESULTS, help="result file (default bench/results/quality.json)")
     parser.add_argument("--lexical-weights", default="",
                         help="also run hybrid with these fusion weights of the lexical side, e.g. 0.3,0.7")  # fmt: skip
@@ -341,7 +344,8 @@ def main() -> None:
         results["scifact"] = scifact(args.data, work / f"run-{os.getpid()}", embedder, dump)
     if args.only in (None, "longmemeval"):
         run = work / f"run-{os.getpid()}"
-        results["longmemeval"] = longmemeval(args.data, run, embedder, args.questions, max(args.stride, 1), dump)
+        subset = (args.questions, max(args.stride, 1), max(args.skip, 0))
+        results["longmemeval"] = longmemeval(args.data, run, embedder, *subset, dump)
     print(table(results))
     for dataset in results:
         results[dataset]["generated_at"] = datetime.now(UTC).isoformat(timespec="seconds")
