@@ -73,13 +73,17 @@ def run_sbuf(
     )
 
 
-def tree_digest(root: Path) -> dict[str, str]:
+PROJECTION_FILES = ("index.sqlite3", "global.sqlite3", "projection.lock")  # name starts: derived, disposable
+
+
+def tree_digest(root: Path, *, projection: bool = True) -> dict[str, str]:
     """Relative path → sha256 (or `<dir>`) of everything below `root`, for before/after comparisons;
-    the daemon's runtime directory (`stormbuffer/run` in the cache) is not data and is left out."""
+    the daemon's runtime directory (`stormbuffer/run` in the cache) is not data and is left out, and
+    with `projection=False` so are the projections (database, vector matrices, lock)."""
     digest: dict[str, str] = {}
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root).as_posix()
-        if "/stormbuffer/run/" in f"/{relative}/":
+        if "/stormbuffer/run/" in f"/{relative}/" or (not projection and path.name.startswith(PROJECTION_FILES)):
             continue
         if path.is_symlink():
             digest[relative] = f"<link {os.readlink(path)}>"

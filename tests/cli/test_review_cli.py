@@ -43,7 +43,7 @@ def test_global_proposal_shows_in_inbox_and_audit_without_changes(sandbox: Sandb
     assert outcome == "requires_approval"
     files = list((sandbox.global_root / "records").rglob("*.md"))
     assert [path.name for path in files] == [f"{record_id}.md"]
-    before = tree_digest(sandbox.base)
+    before = tree_digest(sandbox.base, projection=False)
 
     assert ok(sandbox.sbuf("inbox", "--kind", "fact")).splitlines()[-1] == "Candidates: 1"
     raw = ok(sandbox.sbuf("inbox", "--source", "conversation", "--json"))
@@ -68,7 +68,7 @@ def test_global_proposal_shows_in_inbox_and_audit_without_changes(sandbox: Sandb
     assert first["follow_up"] == f"sbuf --global approve {record_id} or sbuf --global reject {record_id}"
     assert first["confidence"] == "certain"
     assert list(first) == ["kind", "record_ids", "evidence", "confidence", "rule", "follow_up"]
-    assert tree_digest(sandbox.base) == before
+    assert tree_digest(sandbox.base, projection=False) == before
 
 
 def test_inbox_lines_and_filters(sandbox: Sandbox) -> None:
@@ -207,10 +207,10 @@ def test_inbox_and_audit_leave_an_interrupted_supersession_alone(sandbox: Sandbo
         "new_after": record_markdown(NEW_ID, scope, title="New", supersedes=(OLD_ID,)),
     }
     (sandbox.project_root / "locks" / "supersede.toml").write_text(tomli_w.dumps(journal))
-    before = tree_digest(sandbox.base)
+    before = tree_digest(sandbox.base, projection=False)
     ok(sandbox.sbuf("--project", "inbox"))
     ok(sandbox.sbuf("--project", "audit", "--json"))
-    assert tree_digest(sandbox.base) == before
+    assert tree_digest(sandbox.base, projection=False) == before
 
     listed = ok(sandbox.sbuf("--project", "list", "--all"))
     assert f"{OLD_ID}\tsuperseded\t" in listed and f"{NEW_ID}\tactive\t" in listed

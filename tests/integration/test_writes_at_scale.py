@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stormbuffer.core import atomic, repository
+from stormbuffer.core import atomic, repository, review
 from stormbuffer.core.codec import parse_markdown, render_markdown
 from stormbuffer.core.errors import Conflict, StoreIntegrityError
 from stormbuffer.core.ids import new_record_id
@@ -83,6 +83,32 @@ def test_duplicates_and_overlaps_at_ten_thousand_records_read_only_what_they_tou
     assert (base.outcome, base.related_id) == ("duplicate_of", "01900000-0000-7000-8000-000000001092")
     assert repo.approve(overlap.record_id).outcome == "accepted"  # an overlap is approvable
     assert len(parses) < 20  # the matching files only, never the store
+
+
+def test_the_inbox_at_ten_thousand_records_reads_its_candidates_not_the_store(
+    big: StorePaths, parses: list[str]
+) -> None:
+    repo = Repository(big)
+    first = repo.propose(draft(big, "Inbox: rotate the signing key", "Monthly.\n"), "agent")
+    overlapping = repo.propose(draft(big, "inbox: rotate the  SIGNING key", "Weekly.\n"), "human")
+    assert (overlapping.outcome, overlapping.related_id) == ("possible_overlap", first.record_id)
+    repo.propose(draft(big, "Inbox: a decision of its own", "x\n", kind="decision"), "agent")
+    parses.clear()
+    stored, invalid = repo.review_records()
+    # Each file once: the candidates and the records they may overlap, never the store.
+    assert invalid == [] and sorted(parses) == sorted(item.path.name for item in stored) and len(stored) < BIG // 4
+    in_full = [(c.stored.record.id, c.overlap_id) for c in review.candidates(repo.scan_valid()[0], Timestamp.now())]
+    answered = [(c.stored.record.id, c.overlap_id) for c in review.candidates(stored, Timestamp.now())]
+    assert answered == in_full and (overlapping.record_id, first.record_id) in answered
+
+    base = big.root.parent.parent
+    listed = subprocess.run(
+        [str(SBUF), "--project", "inbox", "--json"], cwd=big.root.parent, capture_output=True, text=True, check=False,
+        env={**os.environ, "HOME": str(base), "XDG_DATA_HOME": str(base / "data"), "STORMBUFFER_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    assert [(entry["id"], entry["possible_overlap_id"]) for entry in entries] == in_full
 
 
 def test_a_write_leaves_the_projection_current_for_the_next_read(big: StorePaths) -> None:

@@ -21,12 +21,13 @@ from .text import one_line
 MAX_DAYS = 36_500  # a century: larger ages are a typing mistake, not a policy
 
 
-def _read_store(context: str) -> list[StoredRecord]:
-    """Every valid record of the selected store, read without the lock and without recovery; an
-    invalid record file is left out, with a warning on stderr."""
+def _read_store(context: str, *, candidates_only: bool = False) -> list[StoredRecord]:
+    """Every valid record of the selected store (with `candidates_only`, what a review of the
+    candidates reads: `Repository.review_records`), read without the lock; an invalid record file is
+    left out, with a warning on stderr."""
     repository = Repository(selected_store())
     with failing(context):
-        stored, invalid = repository.scan_valid()
+        stored, invalid = repository.review_records() if candidates_only else repository.scan_valid()
     warn_degraded(invalid)
     return stored
 
@@ -60,7 +61,7 @@ def inbox(
             parse_scope(scope)
         except ValueError as exc:
             fail(f"invalid scope: {exc}")
-    stored = _read_store("could not review candidates")
+    stored = _read_store("could not review candidates", candidates_only=True)
     entries: list[dict[str, object]] = []
     for candidate in review.candidates(stored, Timestamp.now()):
         record = candidate.stored.record

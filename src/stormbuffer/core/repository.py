@@ -94,7 +94,8 @@ _TITLE_LINE = re.compile(r"^\s*title\s*=\s*(.*?)\s*$", re.MULTILINE)
 
 
 class Catalog(Protocol):
-    """What a mutation looks up: `index.catalog` answers from the projection, `_Scanned` from every file."""
+    """What a mutation or a review looks up: `index.catalog` answers from the projection, `_Scanned`
+    from every file."""
 
     invalid_files: list[tuple[str, str]]  # (store-relative path, reason)
 
@@ -103,6 +104,8 @@ class Catalog(Protocol):
     def title_matches(self, scope: str, kind: str, title: str) -> list[Path]: ...
 
     def summaries(self) -> list[RecordSummary]: ...
+
+    def review_paths(self) -> list[Path]: ...
 
     def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None: ...
 
@@ -125,6 +128,13 @@ class _Scanned:
         return [item.path for item in self._stored
                 if item.record.status in MATCHING and (item.record.scope, item.record.kind) == (scope, kind)
                 and normalize(item.record.title) == key]  # fmt: skip
+
+    def review_paths(self) -> list[Path]:
+        keys = {(r.scope, r.kind, normalize(r.title)) for r in (item.record for item in self._stored)
+                if r.status == "candidate"}  # fmt: skip
+        return [item.path for item in self._stored
+                if item.record.status in MATCHING
+                and (item.record.scope, item.record.kind, normalize(item.record.title)) in keys]  # fmt: skip
 
     def summaries(self) -> list[RecordSummary]:
         items = sorted(self._stored, key=lambda item: item.record.id)
@@ -244,6 +254,37 @@ class Repository:
         if not include_inactive:
             records = [record for record in records if record.status == "active"]
         return sorted(records, key=lambda record: record.id)
+
+    def review_records(self) -> tuple[list[StoredRecord], list[tuple[str, str]]]:
+        """What a review of the candidates reads, by path: every candidate, the candidate and active
+        records it may overlap (same scope, kind and normalized title) and the records it supersedes,
+        each parsed from its file, found through the projection after its stat-based check rather
+        than by parsing every file; and the invalid files (store-relative path, reason). Like a scan,
+        it rolls no interrupted supersession forward; only the projection, derived data, is written."""
+        _ = self.scope
+        catalog = self._catalog(wait=0.0)
+        try:
+            invalid = list(catalog.invalid_files)
+            stored = self._read_valid(catalog.review_paths(), invalid)
+            known = {item.record.id for item in stored}
+            superseded = dict.fromkeys(old for item in stored for old in item.record.supersedes if old not in known)
+            found = (catalog.path_of(record_id) for record_id in superseded)
+            stored += self._read_valid([path for path in found if path is not None], invalid)
+        finally:
+            catalog.close()
+        return sorted(stored, key=lambda item: item.path.as_posix()), invalid
+
+    def _read_valid(self, paths: list[Path], invalid: list[tuple[str, str]]) -> list[StoredRecord]:
+        """The records in `paths` now; a file gone meanwhile is left out, an invalid one added to `invalid`."""
+        stored = []
+        for path in paths:
+            try:
+                stored.append(self._read(path))
+            except FileNotFoundError:
+                continue
+            except RecordError as exc:
+                invalid.append((path.relative_to(self.paths.root).as_posix(), exc.detail))
+        return stored
 
     def _read(self, path: Path) -> StoredRecord:
         data = path.read_bytes()

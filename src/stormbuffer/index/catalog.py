@@ -81,6 +81,17 @@ class Catalog:
         """Every projected record's id, title, kind, scope and status, by id."""
         return _summaries(self._conn)
 
+    def review_paths(self) -> list[Path]:
+        """Files of the candidates and of the candidate or active records each may overlap (same
+        scope, kind and normalized title), by path."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT other.path FROM records AS candidate JOIN records AS other ON "
+            "other.title_key = candidate.title_key AND other.kind = candidate.kind AND other.scope = candidate.scope "
+            "WHERE candidate.status = 'candidate' AND other.status IN (?, ?) ORDER BY other.path",
+            MATCHING,
+        )
+        return [self.paths.root / path for (path,) in rows]
+
     def written(self, changes: list[tuple[Path, Record | None, bytes | None]]) -> None:
         """Project what the mutation wrote: (file, record and bytes now in it, or None when removed)."""
         try:

@@ -36,7 +36,7 @@ def _text(record: Record) -> str:
 
 def inbox(paths: StorePaths) -> list[InboxItem]:
     """Every candidate of the store with its overlap hint and, for an update, the diff it would make."""
-    stored, _invalid = Repository(paths).scan_valid()  # the health page names invalid files
+    stored, _invalid = Repository(paths).review_records()  # the health page names invalid files
     records = _by_id(stored)
     items = []
     for candidate in review.candidates(stored, Timestamp.now()):
