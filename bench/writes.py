@@ -11,7 +11,8 @@ this order:
   and the two below;
 - one-shot `sbuf --project add --title … --body …` and `sbuf --project list` (answered by the same
   running daemon, whose watcher spares them the stat-based scan of every file), and both again in
-  their own process (`STORMBUFFER_NO_DAEMON=1`: `add_own_process`, `list_own_process`);
+  their own process (`STORMBUFFER_NO_DAEMON=1`: `add_own_process`, `list_own_process`), with
+  `sbuf --project inbox` (`inbox_own_process`: it reads the candidates through the projection);
 - in-process remember: `protocol.handle` in this process on a warm session with a freshness registry,
   as the daemon and the MCP server run it (the watcher's kept list of files: a write re-stats only
   what changed), p50/p95;
@@ -134,7 +135,7 @@ def percentile(values: list[float], share: float) -> float:
 
 def one_shot(paths: StorePaths, env: dict[str, str], runs: int, tag: str) -> dict[str, Any]:
     cwd = paths.root.parent
-    version, remember, get, add, listing, add_alone, list_alone = [], [], [], [], [], [], []
+    version, remember, get, add, listing, add_alone, list_alone, inbox = [], [], [], [], [], [], [], []
     alone = env | {"STORMBUFFER_NO_DAEMON": "1"}
     run(["--version"], cwd, env)
     run(["--project", "list"], cwd, env)  # warms the page cache and the byte-code files
@@ -155,10 +156,12 @@ def one_shot(paths: StorePaths, env: dict[str, str], runs: int, tag: str) -> dic
             run(["--project", "add", "--title", f"{tag} alone {index}", "--body", "Added."], cwd, alone)[0]
         )
         list_alone.append(run(["--project", "list"], cwd, alone)[0])
+        inbox.append(run(["--project", "inbox"], cwd, alone)[0])
     after = served(env)
     result: dict[str, Any] = {name: statistics.median(values) for name, values in
               (("version", version), ("remember", remember), ("get_after_remember", get), ("add", add),
-               ("list", listing), ("add_own_process", add_alone), ("list_own_process", list_alone))}  # fmt: skip
+               ("list", listing), ("add_own_process", add_alone), ("list_own_process", list_alone),
+               ("inbox_own_process", inbox))}  # fmt: skip
     result["daemon_answered"] = before is not None and after is not None and after - before >= 4 * runs
     return result
 
@@ -290,7 +293,8 @@ def main() -> None:
         relay.ask("stop", env)
         result["ratios_to_version"] = {name: result[name] / result["version"]
                                        for name in ("remember", "get_after_remember", "add", "list",
-                                                    "add_own_process", "list_own_process")}  # fmt: skip
+                                                    "add_own_process", "list_own_process",
+                                                    "inbox_own_process")}  # fmt: skip
         result["targets_s"] = TARGETS_S.get(str(size), {})
         result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         ran[str(size)] = result
@@ -299,17 +303,18 @@ def main() -> None:
     options.results.parent.mkdir(parents=True, exist_ok=True)
     options.results.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"{'records':>8} {'version':>8} {'remember':>9} {'get':>7} {'add':>7} {'list':>7} {'add*':>7} "
-          f"{'list*':>7} {'in-proc':>8} "
+          f"{'list*':>7} {'inbox*':>7} {'in-proc':>8} "
           f"{'mcp':>7} {'daemon':>6} {'parallel one-shot ok':>21} {'w/s':>6} {'mcp ok':>7}")  # fmt: skip
     for size, row in sorted(report["sizes"].items(), key=lambda item: int(item[0])):
         one, mcp = row["parallel_one_shot"], row["parallel_mcp"]
         print(f"{size:>8} {row['version']:8.3f} {row['remember']:9.3f} {row['get_after_remember']:7.3f} "
               f"{row['add']:7.3f} {row['list']:7.3f} {row.get('add_own_process', 0):7.3f} "
-              f"{row.get('list_own_process', 0):7.3f} {row['in_process_remember_p50'] * 1000:6.1f}ms "
+              f"{row.get('list_own_process', 0):7.3f} {row.get('inbox_own_process', 0):7.3f} "
+              f"{row['in_process_remember_p50'] * 1000:6.1f}ms "
               f"{row['mcp_remember_p50'] * 1000:5.1f}ms {str(row.get('daemon_answered', '?')):>6} "
               f"{one['ok']:>6}/{one['ok'] + one['conflict']:<5} lost {one['lost']} partial {one['partial_files']} "
               f"{one['writes_per_s']:6.1f} {mcp['ok']:>3}/{mcp['ok'] + mcp['conflict']}")  # fmt: skip
-    print("add*, list*: in their own process (STORMBUFFER_NO_DAEMON=1)")
+    print("add*, list*, inbox*: in their own process (STORMBUFFER_NO_DAEMON=1)")
     print(f"load average at the end: {report['machine']['load_average_at_end']}; saved to {options.results}")
 
 
