@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -186,3 +187,24 @@ def test_a_query_naming_a_time_prefers_records_observed_then(tmp_path: Path, emb
     assert june.match_reasons[-1] == "time:window=2026-07-01/2026-08-01,closeness=0.51"  # 20.6 days before it
     plain = search([paths], "what did we agree about the release train", options, embedder=embedder)
     assert all(not reason.startswith("time:") for hit in plain for reason in hit.match_reasons)
+
+
+def test_lexical_candidates_past_the_nearest_rows_are_fused_with_their_own_similarity(
+    store: StorePaths, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the lexical side finds but the vector list left out (it holds the nearest records
+    only) is weighed by its real similarity to the query, never by none."""
+    searching = importlib.import_module("stormbuffer.retrieval.search")  # the module, not its function
+    query = "snapshots release espresso engineers production"  # a word of every record
+    options = SearchOptions(limit=len(CORPUS))
+    by_meaning = search([store], query, SearchOptions(limit=len(CORPUS), mode="semantic"), embedder=embedder)
+    semantic = {hit.record_id: hit.vector_distance for hit in by_meaning}
+    real = searching.nearest_rows
+    monkeypatch.setattr(searching, "nearest_rows", lambda matrix, vector, opts, _records: real(matrix, vector, opts, 2))
+    hits = search([store], query, options, embedder=embedder)
+    assert len(hits) == len(CORPUS) == len(semantic)
+    for hit in hits:
+        assert hit.vector_distance == pytest.approx(semantic[hit.record_id], abs=1e-6)
+        assert any(reason.startswith("vector:distance=") for reason in hit.match_reasons)
+        vector_part = float(next(r for r in hit.match_reasons if r.startswith("fusion:")).rsplit("vector=", 1)[1])
+        assert vector_part > 0

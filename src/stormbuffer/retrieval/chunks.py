@@ -73,6 +73,7 @@ def load_chunks(snapshot: Snapshot, chunk_ids: Iterable[int], options: SearchOpt
             path=f"{root}/{path}",
             scope_rank=scope_rank(scope, options.current_scope),
             created_at=created,
+            chunk=chunk_id,
         )
         if record_id not in aliases:
             aliases[record_id] = json.loads(alias_json)

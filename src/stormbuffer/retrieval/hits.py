@@ -89,6 +89,7 @@ class SearchHit:
     scope_rank: int = 0  # 2 = current scope, 1 = global, 0 = other
     created_at: str = ""  # the record's, RFC 3339
     bm25: float = 0.0  # the lexical side's BM25 score of this chunk (0 for a vector hit)
+    chunk: int = -1  # the chunk's id in the projection (its row in the vector matrix)
 
     @property
     def sources(self) -> list[dict[str, str]]:

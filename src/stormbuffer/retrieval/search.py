@@ -35,7 +35,7 @@ from .chunks import Snapshot
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
 from .lexical import lexical_hits
-from .semantic import Nearest, current_matrix, nearest_rows, vector_hits
+from .semantic import Nearest, current_matrix, nearest_rows, similar_hits, vector_hits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -138,17 +138,20 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
     with ExitStack() as stack:
         snapshots = [stack.enter_context(_snapshot(paths)) for paths in stores]
-        matrices = [current_matrix(snapshot, embedder) for snapshot in snapshots]
-        if any(matrix is None for matrix in matrices):
+        current = [current_matrix(snapshot, embedder) for snapshot in snapshots]
+        matrices = [matrix for matrix in current if matrix is not None]
+        if len(matrices) < len(snapshots):
             raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
         if postings.words(query):
             pending = _EMBEDDING.submit(_nearest, embedder, query, matrices, options, depth)
             try:
-                if hybrid:
-                    for snapshot in snapshots:
-                        lexical.extend(lexical_hits(snapshot, query, options, depth * LEXICAL_CHUNKS_PER_RECORD))
-                for snapshot, found in zip(snapshots, pending.result(), strict=True):
-                    semantic.extend(vector_hits(snapshot, found, options))
+                chunks = depth * LEXICAL_CHUNKS_PER_RECORD
+                matched = [lexical_hits(snapshot, query, options, chunks) if hybrid else [] for snapshot in snapshots]
+                vector, nearest = pending.result()
+                for snapshot, matrix, found, own in zip(snapshots, matrices, nearest, matched, strict=True):
+                    near = vector_hits(snapshot, found, options)
+                    semantic += near + similar_hits(matrix, vector, own, {hit.chunk for hit in near})
+                    lexical += own
             finally:
                 pending.cancel()
     lexical.sort(key=by_score)
@@ -162,11 +165,11 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     return Ranking(hits, wanted, None, embedder.model_id, embedder.model_version)
 
 
-def _nearest(embedder: Embedder, query: str, matrices: list[Matrix | None], options: SearchOptions,
-             depth: int) -> list[Nearest]:  # fmt: skip
-    """The query's nearest rows in each matrix (no SQLite: this runs on the worker thread)."""
+def _nearest(embedder: Embedder, query: str, matrices: list[Matrix], options: SearchOptions,
+             depth: int) -> tuple[np.ndarray, list[Nearest]]:  # fmt: skip
+    """The query's vector and its nearest rows in each matrix (no SQLite: this runs on the worker thread)."""
     vector = _embed_query(embedder, query)
-    return [nearest_rows(matrix, vector, options, depth) for matrix in matrices if matrix is not None]
+    return vector, [nearest_rows(matrix, vector, options, depth) for matrix in matrices]
 
 
 def _embed_query(embedder: Embedder, query: str) -> np.ndarray:

@@ -7,7 +7,7 @@ Vectors are unit length, so the dot product is the cosine. Hits report the Eucli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..index import projection as pj
@@ -64,18 +64,35 @@ def nearest_rows(matrix: vectors.Matrix, query_vector: np.ndarray, options: Sear
 def vector_hits(snapshot: Snapshot, nearest: Nearest, options: SearchOptions) -> list[SearchHit]:
     """The hits of the nearest chunks, read from the snapshot, best first."""
     loaded = load_chunks(snapshot, nearest.chunks, options)
-    hits = []
-    for chunk_id, similarity in zip(nearest.chunks, nearest.similarities, strict=True):
-        chunk = loaded.get(chunk_id)
-        if chunk is None:
-            continue
-        distance = math.sqrt(max(0.0, 2.0 - 2.0 * similarity))
-        chunk.hit.score = 1.0 / (1.0 + distance)
-        chunk.hit.vector_distance = distance
-        chunk.hit.lexical_match_reason = "vector"
-        chunk.hit.match_reasons = [f"vector:distance={distance:.6f}"]
-        hits.append(chunk.hit)
-    return hits
+    return [_scored(loaded[chunk_id].hit, similarity)
+            for chunk_id, similarity in zip(nearest.chunks, nearest.similarities, strict=True)
+            if chunk_id in loaded]  # fmt: skip
+
+
+def similar_hits(matrix: vectors.Matrix, query_vector: np.ndarray, hits: list[SearchHit],
+                 known: set[int]) -> list[SearchHit]:  # fmt: skip
+    """Vector hits for the chunks of `hits` (lexical candidates) not in `known` (the nearest rows'),
+    each scored by its own similarity to the query: hybrid fusion then weighs what the vector side
+    says of every candidate, rather than nothing for a chunk just past the nearest rows."""
+    import numpy as np
+
+    missing = {hit.chunk: hit for hit in hits if hit.chunk not in known}
+    if not missing:
+        return []
+    positions = np.flatnonzero(np.isin(matrix.rows["chunk"], np.fromiter(missing, dtype=np.int64)))
+    chunks, similarities = matrix.rows["chunk"][positions].tolist(), matrix.similarity(query_vector, positions).tolist()
+    return [_scored(replace(missing[chunk_id], bm25=0.0), similarity)
+            for chunk_id, similarity in zip(chunks, similarities, strict=True)]  # fmt: skip
+
+
+def _scored(hit: SearchHit, similarity: float) -> SearchHit:
+    """`hit` as a vector hit of this cosine similarity."""
+    distance = math.sqrt(max(0.0, 2.0 - 2.0 * similarity))
+    hit.score = 1.0 / (1.0 + distance)
+    hit.vector_distance = distance
+    hit.lexical_match_reason = "vector"
+    hit.match_reasons = [f"vector:distance={distance:.6f}"]
+    return hit
 
 
 def _best_rows(similarity: np.ndarray, record_numbers: np.ndarray, records: int) -> np.ndarray:
