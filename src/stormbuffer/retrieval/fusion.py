@@ -5,7 +5,9 @@ divided by the best BM25 score among the query's lexical candidates of its scope
 its own BM25 statistics), its vector part is its cosine similarity (0 when negative) divided by
 the best among the vector candidates. Both divide by the best from a lower bound of 0 rather than
 from the weakest candidate, so that a few candidates of nearly equal similarity stay nearly
-equal. A chunk missing from a list has 0 from it. A record's score is
+equal. A chunk missing from a list has 0 from it; the vector list holds every lexical candidate's
+chunk at its own similarity (`semantic.similar_hits`), so that 0 is the lexical side's. A record's
+score is
 
     LEXICAL_WEIGHT · lexical + (1 − LEXICAL_WEIGHT) · vector + boosts,
 
