@@ -301,13 +301,14 @@ def table(results: dict[str, Any]) -> str:
     for dataset, result in results.items():
         metrics = result["metrics"]
         names = list(next(iter(metrics.values())))
+        width = max(14, *(len(variant) + 2 for variant in metrics))
         lines.append(
             f"{dataset}: "
             + ", ".join(f"{k}={v}" for k, v in result.items() if k not in ("metrics", "generated_at", "question_ids"))
         )
-        lines.append(f"{'mode':<14}" + "".join(f"{name:>18}" for name in names))
+        lines.append(f"{'mode':<{width}}" + "".join(f"{name:>18}" for name in names))
         for variant in metrics:
-            lines.append(f"{variant:<14}" + "".join(f"{metrics[variant][name]:>18.4f}" for name in names))
+            lines.append(f"{variant:<{width}}" + "".join(f"{metrics[variant][name]:>18.4f}" for name in names))
         lines.append("")
     return "\n".join(lines)
 

@@ -1,0 +1,253 @@
+"""Fusion study: capture what hybrid fusion receives once, then replay other fusions in seconds.
+
+`capture` runs `quality.py`'s LongMemEval-S or SciFact pass (same stores, same real model, same
+embedding cache) and saves, per query, the exact inputs of `fusion.fuse` (the lexical and vector
+candidate lists with their BM25 scores and similarities, the scope and the time reference) and the
+data's labels. `units` embeds, for every captured LongMemEval-S candidate chunk of more than one
+sentence, its sentences (merged up to `--min-words` words each), and saves each chunk's best
+sentence similarity to the query: what vectors per sentence, rather than per chunk, would tell
+fusion. `replay` runs today's `fusion.fuse` and a fixed set of alternatives on the captured inputs
+and reports the same metrics as `quality.py` (hybrid only; `today` reproduces its hybrid row).
+
+The capture is a local pickle of this machine's run, not a result; the replay's table is saved to
+bench/results/fusion_study.json (or `--out`). Candidates are fixed by the capture, so a variant that
+would also change which chunks are retrieved is measured on today's candidates only.
+
+Usage: python bench/fusion_study.py capture --only longmemeval|scifact --work DIR --capture FILE
+       python bench/fusion_study.py units --capture FILE --work DIR [--min-words N] --out FILE
+       python bench/fusion_study.py replay --capture FILE [--units FILE ...] [--scifact FILE] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pickle
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import quality  # noqa: E402
+from embedding_cache import CachingEmbedder  # noqa: E402
+
+from stormbuffer.embedding import acquire_model, load_embedder
+from stormbuffer.retrieval import SearchHit, fusion
+
+RESULTS = Path(__file__).parent / "results" / "fusion_study.json"
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+Inputs = tuple[list[SearchHit], list[SearchHit], str | None, int, Any]
+Fuse = Callable[..., list[SearchHit]]
+
+
+def capture(args: argparse.Namespace) -> None:
+    """Run one dataset of quality.py with a spy on `fuse`; save its inputs and labels per query."""
+    search_module = sys.modules["stormbuffer.retrieval.search"]
+    real_fuse, seen, queries = search_module.fuse, [], []
+
+    def spy(*inputs: Any) -> list[SearchHit]:
+        seen.append(inputs)
+        return real_fuse(*inputs)
+
+    def keep(query: dict[str, Any], lists: dict[str, list[SearchHit]], labels: dict[str, Any]) -> None:
+        queries.append({"query": query, "inputs": seen[-1], "labels": labels})
+
+    search_module.fuse = spy
+    quality.Dumper = lambda path: keep  # type: ignore[assignment,misc,return-value]
+    output = args.capture.with_suffix(".quality.json")
+    sys.argv = ["quality.py", "--only", args.only, "--work", str(args.work), "--out", str(output)]
+    quality.main()
+    args.capture.write_bytes(pickle.dumps({"dataset": args.only, "queries": queries}))
+    print(f"captured {len(queries)} queries in {args.capture}")
+
+
+def sentences(text: str, min_words: int) -> list[str]:
+    """`text` cut at sentence ends and line breaks, short pieces merged into the next (the rest into the last)."""
+    pieces, current = [], ""
+    for part in filter(None, (piece.strip() for piece in SENTENCE_END.split(text))):
+        current = f"{current} {part}".strip()
+        if len(current.split()) >= min_words:
+            pieces.append(current)
+            current = ""
+    if current and pieces:
+        pieces[-1] += " " + current
+    elif current:
+        pieces.append(current)
+    return pieces
+
+
+def units(args: argparse.Namespace) -> None:
+    """Each captured candidate chunk's best sentence similarity to its query (chunks of one sentence left out)."""
+    captured = pickle.loads(args.capture.read_bytes())
+    acquire_model(args.work / "model-cache")
+    embedder = CachingEmbedder(load_embedder(args.work / "model-cache"), args.work / "embeddings.sqlite3")
+    best: list[dict[int, float]] = []
+    with quality.progress_bar("Sentences of candidate chunks", len(captured["queries"])) as bar:
+        for done, query in enumerate(captured["queries"], 1):
+            lexical, semantic = query["inputs"][:2]
+            texts = {hit.chunk: hit.text for hit in lexical + semantic}
+            owners, pieces = [], []
+            for chunk, text in texts.items():
+                if len(cut := sentences(text, args.min_words)) > 1:
+                    owners += [chunk] * len(cut)
+                    pieces += cut
+            scores: dict[int, float] = {}
+            if pieces:
+                similarities = embedder.embed(pieces) @ embedder.embed([query["query"]["query"]])[0]
+                for chunk, similarity in zip(owners, similarities.tolist(), strict=True):
+                    scores[chunk] = max(scores.get(chunk, -1.0), similarity)
+            best.append(scores)
+            bar(done)
+    args.out.write_bytes(pickle.dumps({"min_words": args.min_words, "best": best}))
+    print(f"saved {args.out}")
+
+
+def with_sentences(inputs: Inputs, best: dict[int, float]) -> Inputs:
+    """The inputs with each vector hit's similarity raised to its chunk's best sentence's."""
+    lexical, semantic, *rest = inputs
+    raised = []
+    for hit in semantic:
+        similarity = max(1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0, best.get(hit.chunk, -1.0))
+        raised.append(replace(hit, vector_distance=math.sqrt(max(0.0, 2.0 - 2.0 * similarity))))
+    raised.sort(key=lambda hit: hit.vector_distance or 0.0)
+    return (lexical, raised, *rest)  # type: ignore[return-value]
+
+
+def floored(values: list[float]) -> list[float]:
+    """Best → 1 and the candidates' mean → 0 (below the mean: 0)."""
+    best, floor = max(values, default=0.0), statistics.fmean(values) if values else 0.0
+    return [max(0.0, (value - floor) / (best - floor)) if best > floor else float(best > 0) for value in values]
+
+
+def mean_floor_lexical(hits: list[SearchHit]) -> list[float]:
+    parts, by_scope = [0.0] * len(hits), {}
+    for position, hit in enumerate(hits):
+        by_scope.setdefault(hit.scope, []).append(position)
+    for positions in by_scope.values():
+        for position, part in zip(positions, floored([hits[p].bm25 for p in positions]), strict=True):
+            parts[position] = part
+    return parts
+
+
+def mean_floor_vector(hits: list[SearchHit]) -> list[float]:
+    return floored([max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits])
+
+
+def variant(weight: float = fusion.LEXICAL_WEIGHT, mean_floor: bool = False) -> Fuse:
+    """`fusion.fuse` with another lexical weight and, optionally, the mean as both sides' floor."""
+
+    def fuse(*inputs: Any) -> list[SearchHit]:
+        saved = fusion.LEXICAL_WEIGHT, fusion._lexical_parts, fusion._vector_parts
+        fusion.LEXICAL_WEIGHT = weight
+        if mean_floor:
+            fusion._lexical_parts, fusion._vector_parts = mean_floor_lexical, mean_floor_vector
+        try:
+            return fusion.fuse(*inputs)
+        finally:
+            fusion.LEXICAL_WEIGHT, fusion._lexical_parts, fusion._vector_parts = saved
+
+    return fuse
+
+
+VARIANTS: dict[str, tuple[Fuse, bool]] = {  # name -> (fusion, vectors per sentence)
+    "today": (fusion.fuse, False),
+    "mean floor": (variant(mean_floor=True), False),
+    "lexical weight 0.55": (variant(0.55), False),
+    "mean floor, lexical weight 0.55": (variant(0.55, True), False),
+    "vector side only": (lambda lexical, semantic, *rest: semantic, False),
+    "sentences": (fusion.fuse, True),
+    "sentences, mean floor": (variant(mean_floor=True), True),
+    "sentences, lexical weight 0.55": (variant(0.55), True),
+    "sentences, vector side only": (lambda lexical, semantic, *rest: semantic, True),
+}
+
+
+def first_of_each(hits: list[SearchHit], depth: int) -> list[str]:
+    return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
+
+
+def longmemeval_metrics(queries: list[dict[str, Any]], fuse: Fuse, best: list[dict[int, float]] | None
+                        ) -> dict[str, float]:  # fmt: skip
+    scores: dict[str, list[float]] = {}
+    for position, query in enumerate(queries):
+        inputs = with_sentences(query["inputs"], best[position]) if best is not None else query["inputs"]
+        ranked, labels = first_of_each(fuse(*inputs), 10), query["labels"]
+        evidence = {label["session"] for label in labels.values() if label["evidence"]}
+        metrics = quality.session_metrics([labels[record]["session"] for record in ranked], evidence)
+        if turns := {record for record, label in labels.items() if label["evidence_turn"]}:
+            metrics |= quality.turn_metrics(ranked, turns)
+        for name, value in metrics.items():
+            scores.setdefault(name, []).append(value)
+    return {name: quality.mean(values) for name, values in scores.items()}
+
+
+def scifact_metrics(queries: list[dict[str, Any]], fuse: Fuse, data: Path) -> dict[str, float]:
+    qrels: dict[str, dict[str, float]] = {}
+    for line in (data / "scifact" / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query_id, doc_id, grade = line.split("\t")
+        qrels.setdefault(query_id, {})[str(quality.uuid.uuid5(quality.NAMESPACE, f"scifact:{doc_id}"))] = float(grade)
+    scores: dict[str, list[float]] = {}
+    for query in queries:
+        ranked, relevant = first_of_each(fuse(*query["inputs"]), 100), qrels[query["query"]["query_id"]]
+        metrics = {f"ndcg@{k}": quality.ndcg(ranked, relevant, k) for k in (1, 5, 10)}
+        metrics |= {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
+        for name, value in metrics.items():
+            scores.setdefault(name, []).append(value)
+    return {name: quality.mean(values) for name, values in scores.items()}
+
+
+def replay(args: argparse.Namespace) -> None:
+    """Every variant on the captured inputs; prints the table and saves it."""
+    captured = pickle.loads(args.capture.read_bytes())["queries"]
+    metrics = {name: longmemeval_metrics(captured, fuse, None) for name, (fuse, per_sentence) in VARIANTS.items()
+               if not per_sentence}  # fmt: skip
+    for path in args.units:
+        sentence_units = pickle.loads(path.read_bytes())
+        for name, (fuse, per_sentence) in VARIANTS.items():
+            if per_sentence:
+                label = f"{name} (>= {sentence_units['min_words']} words)"
+                metrics[label] = longmemeval_metrics(captured, fuse, sentence_units["best"])
+    results: dict[str, Any] = {"longmemeval": {"questions": len(captured), "metrics": metrics}}
+    if args.scifact:
+        quality.require_data(args.data)
+        scifact = pickle.loads(args.scifact.read_bytes())["queries"]
+        results["scifact"] = {"queries": len(scifact), "metrics": {
+            name: scifact_metrics(scifact, fuse, args.data) for name, (fuse, per_sentence) in VARIANTS.items()
+            if not per_sentence}}  # fmt: skip
+    print(quality.table(results))
+    report = {"generated_at": datetime.now(UTC).isoformat(timespec="seconds"), "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {args.out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    steps = parser.add_subparsers(dest="step", required=True)
+    step = steps.add_parser("capture")
+    step.add_argument("--only", choices=("longmemeval", "scifact"), required=True)
+    step.add_argument("--work", type=Path, required=True, help="quality.py's work directory (embedding cache)")
+    step.add_argument("--capture", type=Path, required=True)
+    step = steps.add_parser("units")
+    step.add_argument("--capture", type=Path, required=True, help="a LongMemEval-S capture")
+    step.add_argument("--work", type=Path, required=True)
+    step.add_argument("--min-words", type=int, default=20)
+    step.add_argument("--out", type=Path, required=True)
+    step = steps.add_parser("replay")
+    step.add_argument("--capture", type=Path, required=True, help="a LongMemEval-S capture")
+    step.add_argument("--units", type=Path, nargs="*", default=[], help="sentence similarities (units step)")
+    step.add_argument("--scifact", type=Path, help="a SciFact capture")
+    step.add_argument("--data", type=Path, default=quality.DEFAULT_DATA)
+    step.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    {"capture": capture, "units": units, "replay": replay}[args.step](args)
+
+
+if __name__ == "__main__":
+    main()
