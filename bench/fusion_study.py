@@ -4,10 +4,11 @@
 embedding cache) and saves, per query, the exact inputs of `fusion.fuse` (the lexical and vector
 candidate lists with their BM25 scores and similarities, the scope and the time reference) and the
 data's labels. `units` embeds, for every captured LongMemEval-S candidate chunk of more than one
-sentence, its sentences (merged up to `--min-words` words each), and saves each chunk's best
-sentence similarity to the query: what vectors per sentence, rather than per chunk, would tell
-fusion. `replay` runs today's `fusion.fuse` and a fixed set of alternatives on the captured inputs
-and reports the same metrics as `quality.py` (hybrid only; `today` reproduces its hybrid row).
+sentence, its sentences (short ones merged until a piece has `--min-words` words), and saves each
+chunk's best sentence similarity to the query: what vectors per sentence, rather than per chunk,
+would tell fusion. `replay` runs today's `fusion.fuse` and a fixed set of alternatives on the
+captured inputs and reports the same metrics as `quality.py` (hybrid only; `today` reproduces its
+hybrid row).
 
 The capture is a local pickle of this machine's run, not a result; the replay's table is saved to
 bench/results/fusion_study.json (or `--out`). Candidates are fixed by the capture, so a variant that
