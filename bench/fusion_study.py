@@ -109,12 +109,13 @@ def units(args: argparse.Namespace) -> None:
     print(f"saved {args.out}")
 
 
-def with_sentences(inputs: Inputs, best: dict[int, float]) -> Inputs:
-    """The inputs with each vector hit's similarity raised to its chunk's best sentence's."""
+def with_sentences(inputs: Inputs, best: dict[int, float], share: float) -> Inputs:
+    """The inputs with each vector hit's similarity raised by `share` of the way to its chunk's best sentence's."""
     lexical, semantic, *rest = inputs
     raised = []
     for hit in semantic:
-        similarity = max(1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0, best.get(hit.chunk, -1.0))
+        similarity = 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0
+        similarity += share * max(0.0, best.get(hit.chunk, -1.0) - similarity)
         raised.append(replace(hit, vector_distance=math.sqrt(max(0.0, 2.0 - 2.0 * similarity))))
     raised.sort(key=lambda hit: hit.vector_distance or 0.0)
     return (lexical, raised, *rest)  # type: ignore[return-value]
@@ -156,16 +157,17 @@ def variant(weight: float = fusion.LEXICAL_WEIGHT, mean_floor: bool = False) -> 
     return fuse
 
 
-VARIANTS: dict[str, tuple[Fuse, bool]] = {  # name -> (fusion, vectors per sentence)
-    "today": (fusion.fuse, False),
-    "mean floor": (variant(mean_floor=True), False),
-    "lexical weight 0.55": (variant(0.55), False),
-    "mean floor, lexical weight 0.55": (variant(0.55, True), False),
-    "vector side only": (lambda lexical, semantic, *rest: semantic, False),
-    "sentences": (fusion.fuse, True),
-    "sentences, mean floor": (variant(mean_floor=True), True),
-    "sentences, lexical weight 0.55": (variant(0.55), True),
-    "sentences, vector side only": (lambda lexical, semantic, *rest: semantic, True),
+VARIANTS: dict[str, tuple[Fuse, float]] = {  # name -> (fusion, share of the way to the best sentence)
+    "today": (fusion.fuse, 0.0),
+    "mean floor": (variant(mean_floor=True), 0.0),
+    "lexical weight 0.55": (variant(0.55), 0.0),
+    "mean floor, lexical weight 0.55": (variant(0.55, True), 0.0),
+    "vector side only": (lambda lexical, semantic, *rest: semantic, 0.0),
+    "sentences": (fusion.fuse, 1.0),
+    "halfway to sentences": (fusion.fuse, 0.5),
+    "sentences, mean floor": (variant(mean_floor=True), 1.0),
+    "sentences, lexical weight 0.55": (variant(0.55), 1.0),
+    "sentences, vector side only": (lambda lexical, semantic, *rest: semantic, 1.0),
 }
 
 
@@ -173,11 +175,11 @@ def first_of_each(hits: list[SearchHit], depth: int) -> list[str]:
     return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
 
 
-def longmemeval_metrics(queries: list[dict[str, Any]], fuse: Fuse, best: list[dict[int, float]] | None
-                        ) -> dict[str, float]:  # fmt: skip
+def longmemeval_metrics(queries: list[dict[str, Any]], fuse: Fuse, best: list[dict[int, float]] | None = None,
+                        share: float = 0.0) -> dict[str, float]:  # fmt: skip
     scores: dict[str, list[float]] = {}
     for position, query in enumerate(queries):
-        inputs = with_sentences(query["inputs"], best[position]) if best is not None else query["inputs"]
+        inputs = with_sentences(query["inputs"], best[position], share) if best is not None else query["inputs"]
         ranked, labels = first_of_each(fuse(*inputs), 10), query["labels"]
         evidence = {label["session"] for label in labels.values() if label["evidence"]}
         metrics = quality.session_metrics([labels[record]["session"] for record in ranked], evidence)
@@ -206,21 +208,20 @@ def scifact_metrics(queries: list[dict[str, Any]], fuse: Fuse, data: Path) -> di
 def replay(args: argparse.Namespace) -> None:
     """Every variant on the captured inputs; prints the table and saves it."""
     captured = pickle.loads(args.capture.read_bytes())["queries"]
-    metrics = {name: longmemeval_metrics(captured, fuse, None) for name, (fuse, per_sentence) in VARIANTS.items()
-               if not per_sentence}  # fmt: skip
+    metrics = {name: longmemeval_metrics(captured, fuse) for name, (fuse, share) in VARIANTS.items() if not share}
     for path in args.units:
         sentence_units = pickle.loads(path.read_bytes())
-        for name, (fuse, per_sentence) in VARIANTS.items():
-            if per_sentence:
+        for name, (fuse, share) in VARIANTS.items():
+            if share:
                 label = f"{name} (>= {sentence_units['min_words']} words)"
-                metrics[label] = longmemeval_metrics(captured, fuse, sentence_units["best"])
+                metrics[label] = longmemeval_metrics(captured, fuse, sentence_units["best"], share)
     results: dict[str, Any] = {"longmemeval": {"questions": len(captured), "metrics": metrics}}
     if args.scifact:
         quality.require_data(args.data)
         scifact = pickle.loads(args.scifact.read_bytes())["queries"]
         results["scifact"] = {"queries": len(scifact), "metrics": {
-            name: scifact_metrics(scifact, fuse, args.data) for name, (fuse, per_sentence) in VARIANTS.items()
-            if not per_sentence}}  # fmt: skip
+            name: scifact_metrics(scifact, fuse, args.data) for name, (fuse, share) in VARIANTS.items()
+            if not share}}  # fmt: skip
     print(quality.table(results))
     report = {"generated_at": datetime.now(UTC).isoformat(timespec="seconds"), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
