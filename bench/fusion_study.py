@@ -28,6 +28,7 @@ import pickle
 import re
 import statistics
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -175,34 +176,35 @@ def first_of_each(hits: list[SearchHit], depth: int) -> list[str]:
     return list(dict.fromkeys(hit.record_id for hit in hits))[:depth]
 
 
+def averaged(per_query: list[dict[str, float]]) -> dict[str, float]:
+    names = dict.fromkeys(name for metrics in per_query for name in metrics)
+    return {name: quality.mean([metrics[name] for metrics in per_query if name in metrics]) for name in names}
+
+
 def longmemeval_metrics(queries: list[dict[str, Any]], fuse: Fuse, best: list[dict[int, float]] | None = None,
                         share: float = 0.0) -> dict[str, float]:  # fmt: skip
-    scores: dict[str, list[float]] = {}
+    per_query = []
     for position, query in enumerate(queries):
         inputs = with_sentences(query["inputs"], best[position], share) if best is not None else query["inputs"]
-        ranked, labels = first_of_each(fuse(*inputs), 10), query["labels"]
+        labels = query["labels"]
+        session_of = {record: label["session"] for record, label in labels.items()}
         evidence = {label["session"] for label in labels.values() if label["evidence"]}
-        metrics = quality.session_metrics([labels[record]["session"] for record in ranked], evidence)
-        if turns := {record for record, label in labels.items() if label["evidence_turn"]}:
-            metrics |= quality.turn_metrics(ranked, turns)
-        for name, value in metrics.items():
-            scores.setdefault(name, []).append(value)
-    return {name: quality.mean(values) for name, values in scores.items()}
+        turns = {record for record, label in labels.items() if label["evidence_turn"]}
+        per_query.append(quality.longmemeval_metrics(first_of_each(fuse(*inputs), 10), session_of, evidence, turns))
+    return averaged(per_query)
 
 
 def scifact_metrics(queries: list[dict[str, Any]], fuse: Fuse, data: Path) -> dict[str, float]:
-    qrels: dict[str, dict[str, float]] = {}
-    for line in (data / "scifact" / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        query_id, doc_id, grade = line.split("\t")
-        qrels.setdefault(query_id, {})[str(quality.uuid.uuid5(quality.NAMESPACE, f"scifact:{doc_id}"))] = float(grade)
-    scores: dict[str, list[float]] = {}
-    for query in queries:
-        ranked, relevant = first_of_each(fuse(*query["inputs"]), 100), qrels[query["query"]["query_id"]]
-        metrics = {f"ndcg@{k}": quality.ndcg(ranked, relevant, k) for k in (1, 5, 10)}
-        metrics |= {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
-        for name, value in metrics.items():
-            scores.setdefault(name, []).append(value)
-    return {name: quality.mean(values) for name, values in scores.items()}
+    """Judgements keyed by record id (the capture labels only the records each mode put in its top 10)."""
+    qrels = {query_id: {record_id(doc_id): grade for doc_id, grade in judged.items()}
+             for query_id, judged in quality.read_qrels(data / "scifact").items()}  # fmt: skip
+    ranked = [(first_of_each(fuse(*query["inputs"]), 100), qrels[query["query"]["query_id"]]) for query in queries]
+    return averaged([quality.scifact_metrics(records, relevant) for records, relevant in ranked])
+
+
+def record_id(doc_id: str) -> str:
+    """The id `quality.py` gives the record of a SciFact document."""
+    return str(uuid.uuid5(quality.NAMESPACE, f"scifact:{doc_id}"))
 
 
 def replay(args: argparse.Namespace) -> None:

@@ -155,9 +155,7 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
             for variant in VARIANTS:
                 lists[variant] = ranked_hits(paths, item["question"], variant, embedder, 10, asked)
                 ranked = [hit.record_id for hit in lists[variant]]
-                metrics = session_metrics([session_of[r] for r in ranked], evidence)
-                if evidence_turns:
-                    metrics |= turn_metrics(ranked, evidence_turns)
+                metrics = longmemeval_metrics(ranked, session_of, evidence, evidence_turns)
                 for name, value in metrics.items():
                     scores[variant].setdefault(name, []).append(value)
             dump(
@@ -210,6 +208,13 @@ def session_time(date: str) -> Timestamp:
     return Timestamp.parse(f"{day.replace('/', '-')}T{clock}:00Z")
 
 
+def longmemeval_metrics(ranked: list[str], session_of: dict[str, str], evidence: set[str],
+                        evidence_turns: set[str]) -> dict[str, float]:  # fmt: skip
+    """One question's metrics for its ranked record ids: session level, and turn level when turns are labelled."""
+    metrics = session_metrics([session_of[record] for record in ranked], evidence)
+    return metrics | turn_metrics(ranked, evidence_turns) if evidence_turns else metrics
+
+
 def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]:
     distinct = list(dict.fromkeys(sessions))
     first = next((rank for rank, session in enumerate(distinct, 1) if session in evidence), None)
@@ -234,10 +239,7 @@ def scifact(data: Path, work: Path, embedder: Any, dump: Dumper) -> dict[str, An
     folder = data / "scifact"
     corpus = [json.loads(line) for line in gzip.decompress((folder / "corpus.jsonl.gz").read_bytes()).splitlines()]
     queries = {str(q["_id"]): q["text"] for q in map(json.loads, (folder / "queries.jsonl").read_text().splitlines())}
-    qrels: dict[str, dict[str, float]] = {}
-    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        query_id, doc_id, score = line.split("\t")
-        qrels.setdefault(query_id, {})[doc_id] = float(score)
+    qrels = read_qrels(folder)
     paths = new_store(work / "scifact")
     scope = record_scope(paths)
     doc_of: dict[str, str] = {}
@@ -264,9 +266,7 @@ def scifact(data: Path, work: Path, embedder: Any, dump: Dumper) -> dict[str, An
                       for hits in top.values() for hit in hits}  # fmt: skip
             dump({"query_id": query_id, "query": queries[query_id]}, top, grades)
             for variant, hits in lists.items():
-                ranked = [doc_of[hit.record_id] for hit in hits]
-                metrics = {f"ndcg@{k}": ndcg(ranked, relevant, k) for k in (1, 5, 10)}
-                metrics |= {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
+                metrics = scifact_metrics([doc_of[hit.record_id] for hit in hits], relevant)
                 for name, value in metrics.items():
                     scores[variant].setdefault(name, []).append(value)
             bar(done)
@@ -276,6 +276,21 @@ def scifact(data: Path, work: Path, embedder: Any, dump: Dumper) -> dict[str, An
         "index_seconds": round(index_seconds, 1),
         "metrics": {variant: {name: mean(values) for name, values in scores[variant].items()} for variant in VARIANTS},
     }
+
+
+def read_qrels(folder: Path) -> dict[str, dict[str, float]]:
+    """SciFact's test judgements: query id → document id → grade."""
+    qrels: dict[str, dict[str, float]] = {}
+    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query_id, doc_id, score = line.split("\t")
+        qrels.setdefault(query_id, {})[doc_id] = float(score)
+    return qrels
+
+
+def scifact_metrics(ranked: list[str], relevant: dict[str, float]) -> dict[str, float]:
+    """One query's NDCG@{1,5,10} and Recall@{10,100} for its ranked document ids."""
+    metrics = {f"ndcg@{k}": ndcg(ranked, relevant, k) for k in (1, 5, 10)}
+    return metrics | {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
 
 
 class Dumper:
