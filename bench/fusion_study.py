@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import pickle
-import re
 import statistics
 import sys
 import uuid
@@ -40,10 +39,10 @@ import quality  # noqa: E402
 from embedding_cache import CachingEmbedder  # noqa: E402
 
 from stormbuffer.embedding import acquire_model, load_embedder
+from stormbuffer.index.chunking import sentences
 from stormbuffer.retrieval import SearchHit, fusion
 
 RESULTS = Path(__file__).parent / "results" / "fusion_study.json"
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 Inputs = tuple[list[SearchHit], list[SearchHit], str | None, int, Any]
 Fuse = Callable[..., list[SearchHit]]
 
@@ -67,21 +66,6 @@ def capture(args: argparse.Namespace) -> None:
     quality.main()
     args.capture.write_bytes(pickle.dumps({"dataset": args.only, "queries": queries}))
     print(f"captured {len(queries)} queries in {args.capture}")
-
-
-def sentences(text: str, min_words: int) -> list[str]:
-    """`text` cut at sentence ends and line breaks, short pieces merged into the next (the rest into the last)."""
-    pieces, current = [], ""
-    for part in filter(None, (piece.strip() for piece in SENTENCE_END.split(text))):
-        current = f"{current} {part}".strip()
-        if len(current.split()) >= min_words:
-            pieces.append(current)
-            current = ""
-    if current and pieces:
-        pieces[-1] += " " + current
-    elif current:
-        pieces.append(current)
-    return pieces
 
 
 def units(args: argparse.Namespace) -> None:

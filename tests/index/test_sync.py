@@ -18,7 +18,7 @@ from stormbuffer.core.locks import exclusive_lock
 from stormbuffer.core.stores import StorePaths, View
 from stormbuffer.embedding import Embedder
 from stormbuffer.index import projection as pj
-from stormbuffer.index.chunking import chunk_body
+from stormbuffer.index.chunking import chunk_body, sentences
 from stormbuffer.index.sync import FileList, refresh_vectors, reindex_store, scan_files, sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.helpers import lock_held_elsewhere
@@ -312,6 +312,31 @@ def test_reindex_carries_vectors_of_the_same_model(store: StorePaths, embedder: 
     assert report.embedded == 0 and report.vector_failure is None
     matrices = sorted(path.name for path in store.root.glob("index.sqlite3.*.npy"))
     assert len(matrices) == 2  # the vectors and rows files of the new projection only
+
+
+LONG_BODY = (
+    "The harbour pilots board every tanker at the outer buoy before dawn, and they stay on the bridge until the "
+    "ship is moored. Tide tables for the estuary are printed each Monday and pinned beside the radio in the "
+    "pilot station office for every crew. By the way, the new launch boat was delivered last Thursday and it "
+    "already needs a replacement propeller for the winter."
+)
+
+
+def test_a_chunk_of_several_sentences_keeps_a_vector_per_sentence(store: StorePaths, embedder: Embedder) -> None:
+    long = write_record(store, "Pilot station", LONG_BODY)
+    write_record(store, "Short", "One sentence only.")
+    assert sync_store(store, embedder).embedded == 2
+    stored = dict(rows(store, "SELECT r.title, v.sentence_vectors FROM records AS r JOIN chunks AS c ON "
+                              "c.record_id = r.id JOIN vectors AS v ON v.embed_hash = c.embed_hash"))  # fmt: skip
+    assert stored["Short"] is None
+    pieces = sentences(chunk_body(long.title, long.body, count_tokens=embedder.token_count)[0].text)
+    assert len(pieces) == 3
+    vectors = np.frombuffer(stored["Pilot station"], dtype="<f4").reshape(len(pieces), embedder.dimension)
+    np.testing.assert_allclose(vectors, embedder.embed(pieces), atol=1e-5)
+
+    assert reindex_store(store, embedder).embedded == 0  # carried with their chunk's vector
+    carried = rows(store, "SELECT v.sentence_vectors FROM vectors AS v WHERE v.sentence_vectors IS NOT NULL")
+    assert carried == [(stored["Pilot station"],)]
 
 
 def test_the_vector_matrix_matches_the_stored_vectors_after_incremental_syncs(

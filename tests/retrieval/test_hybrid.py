@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.stores import StorePaths, View, record_scope
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import Embedder, EmbeddingFailed
+from stormbuffer.index.chunking import chunk_body, sentences
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, ready_for_retrieval, search
 from stormbuffer.retrieval.hits import FALLBACK_REASONS
@@ -208,3 +210,39 @@ def test_lexical_candidates_past_the_nearest_rows_are_fused_with_their_own_simil
         assert any(reason.startswith("vector:distance=") for reason in hit.match_reasons)
         vector_part = float(next(r for r in hit.match_reasons if r.startswith("fusion:")).rsplit("vector=", 1)[1])
         assert vector_part > 0
+
+
+PASSING_MENTION = (
+    "I'm trying to plan my week better. Work has been busy and I keep missing the gym in the mornings, so I want "
+    "a routine that fits around my meetings. By the way, I finally finished episode 50 of the History of Rome "
+    "podcast on my commute yesterday, which took me three months. Can you suggest a schedule that still leaves "
+    "time for cooking dinner and some reading in the evenings?"
+)
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_chunk_s_similarity_is_raised_halfway_to_its_closest_sentence(
+    tmp_path: Path, embedder: Embedder, mode: str
+) -> None:
+    """A fact said in passing in a long chunk counts for more than the chunk's one averaged vector
+    says: its similarity moves halfway to the closest sentence's, and the reasons show both."""
+    paths = make_store(tmp_path)
+    planned = write_record(paths, "Weekly routine", PASSING_MENTION)
+    write_record(paths, "Podcast tips", "Podcasts are a good way to learn during a commute, one episode a day.")
+    sync_store(paths, embedder)
+    query = "Which podcast episode did I just finish?"
+    hits = search([paths], query, SearchOptions(mode=mode), embedder=embedder)
+    hit = next(hit for hit in hits if hit.record_id == planned.id)
+
+    asked = embedder.embed([query])[0]
+    (chunk,) = chunk_body(planned.title, planned.body, count_tokens=embedder.token_count)
+    own = float(embedder.embed([chunk.embed_text])[0] @ asked)
+    closest = float((embedder.embed(sentences(chunk.text)) @ asked).max())
+    assert closest > own
+    raised = own + 0.5 * (closest - own)
+    assert hit.vector_distance == pytest.approx(math.sqrt(2 - 2 * raised), abs=1e-5)
+    assert f"vector:distance={hit.vector_distance:.6f}" in hit.match_reasons
+    shown = next(reason for reason in hit.match_reasons if reason.startswith("vector:sentence_distance="))
+    assert float(shown.split("=")[1]) == pytest.approx(math.sqrt(2 - 2 * closest), abs=1e-5)
+    other = next(hit for hit in hits if hit.record_id != planned.id)  # one sentence: nothing to raise
+    assert not any(reason.startswith("vector:sentence_distance=") for reason in other.match_reasons)

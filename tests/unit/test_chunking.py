@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from stormbuffer.index.chunking import Chunk, approximate_token_count, chunk_body
+from stormbuffer.index.chunking import SENTENCE_WORDS, Chunk, approximate_token_count, chunk_body, sentences
 
 MAX_TOKENS = 256
 REFERENCE_BODY = "# Heading\n\n- one\n- two\n\n```rust\nlet x = 1;\nlet y = 2;\n```"
@@ -487,3 +487,26 @@ def test_markdownish_bodies_keep_the_invariants_under_a_small_budget(body: str) 
 @given(body=_body)
 def test_markdownish_bodies_keep_the_invariants_with_an_uneven_counter(body: str) -> None:
     assert_invariants(body, count=uneven_count, max_tokens=16)
+
+
+# ---- sentences ---------------------------------------------------------------------------------------
+
+
+def test_sentences_merge_short_ones_until_a_piece_has_enough_words() -> None:
+    text = "One two three. Four five six seven!\nEight nine? Ten eleven twelve thirteen fourteen. Fifteen."
+    assert sentences(text, min_words=5) == ["One two three. Four five six seven!",
+                                            "Eight nine? Ten eleven twelve thirteen fourteen. Fifteen."]  # fmt: skip
+    assert sentences("Dr. Smith said so. Then he left the room.", min_words=3) == [
+        "Dr. Smith said so.",
+        "Then he left the room.",
+    ]  # an abbreviation's cut is merged away
+    assert sentences("  Too short to divide.  ", min_words=SENTENCE_WORDS) == ["Too short to divide."]
+    assert sentences("", min_words=5) == []
+
+
+@given(text=st.text(alphabet="ab .!?\n", max_size=300), min_words=st.integers(1, 8))
+def test_sentences_keep_every_word_in_order_and_each_piece_long_enough(text: str, min_words: int) -> None:
+    pieces = sentences(text, min_words)
+    assert " ".join(pieces).split() == text.split()
+    if len(pieces) > 1:
+        assert all(len(piece.split()) >= min_words for piece in pieces)

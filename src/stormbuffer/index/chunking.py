@@ -35,6 +35,11 @@ Departures from the plain structural rules, on purpose:
 
 No chunk is empty or whitespace-only. ``word_count`` is the number of whitespace-separated words
 in the chunk text.
+
+A chunk's *sentences* (``sentences``) are the pieces its text cuts into at sentence ends and line
+breaks, short ones merged into the next until a piece has ``SENTENCE_WORDS`` words. Each has a
+vector of its own when there are several, so that a fact mentioned in passing in a long chunk is
+not averaged away (see ``retrieval/semantic.py``).
 """
 
 from __future__ import annotations
@@ -49,11 +54,13 @@ MAX_TOKENS = 256
 MAX_WORDS = 160
 MIN_TEXT_TOKENS = 32
 HEADING_SEPARATOR = " / "
+SENTENCE_WORDS = 20
 
 _HEADING = re.compile(r"(#{1,6})\s(.*)")
 _CLOSING_HASHES = re.compile(r"(?:^|\s)#+$")
 _LIST_MARKER = re.compile(r"(?:[-*+]|[0-9]+[.)])[ \t]")
 _WORD = re.compile(r"\S+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LETTERS_OR_SYMBOL = re.compile(r"[A-Za-z]+|\S")
 
 
@@ -85,6 +92,22 @@ def chunk_body(
         for piece, embed_text in _fit_chunk(title, heading, text, budget):
             chunks.append(Chunk(len(chunks), heading, piece, embed_text, len(piece.split())))
     return chunks
+
+
+def sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
+    """``text`` cut at sentence ends and line breaks, each short piece merged into the next until it
+    has ``min_words`` words (a short rest joins the last piece); a text that does not divide is one piece."""
+    pieces, current = [], ""
+    for part in filter(None, (piece.strip() for piece in _SENTENCE_END.split(text))):
+        current = f"{current} {part}".strip()
+        if len(current.split()) >= min_words:
+            pieces.append(current)
+            current = ""
+    if current and pieces:
+        pieces[-1] += " " + current
+    elif current:
+        pieces.append(current)
+    return pieces
 
 
 def approximate_token_count(text: str) -> int:

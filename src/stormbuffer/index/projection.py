@@ -28,7 +28,7 @@ from ..core.stores import StorePaths, fallback_index_dir
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
 
-PROJECTION_VERSION = 6
+PROJECTION_VERSION = 7
 PROTOCOL_INDEX_VERSION = 6
 PROJECTION_FORMAT = "stormbuffer-projection"
 UNAVAILABLE_MESSAGE = (
@@ -109,6 +109,7 @@ def _define() -> Tables:
         Column("embed_hash", Text, primary_key=True),  # shared by every chunk with this embed_text
         Column("model_version", Text, nullable=False),
         Column("vector", LargeBinary, nullable=False),  # float32, little-endian
+        Column("sentence_vectors", LargeBinary),  # float32 rows, one per `chunking.sentences`; NULL for one
     )  # fmt: skip
     released = Table(
         "released_hashes", metadata,

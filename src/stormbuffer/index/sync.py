@@ -37,7 +37,7 @@ from ..core.stores import StorePaths, record_scope
 from . import postings
 from . import projection as pj
 from . import vectors as vector_files
-from .chunking import approximate_token_count, chunk_body
+from .chunking import approximate_token_count, chunk_body, sentences
 
 if TYPE_CHECKING:
     import numpy as np
@@ -687,17 +687,17 @@ class _Sync:
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]
             with self.engine.connect() as conn:
-                texts = dict(
-                    conn.execute(
-                        select(t.chunks.c.embed_hash, t.chunks.c.embed_text).where(t.chunks.c.embed_hash.in_(batch))
-                    ).all()
-                )
-            matrix = embedder.embed([texts[embed_hash] for embed_hash in batch])
+                texts = {embed_hash: (embed_text, text) for embed_hash, embed_text, text in conn.execute(
+                    select(t.chunks.c.embed_hash, t.chunks.c.embed_text, t.chunks.c.text)
+                    .where(t.chunks.c.embed_hash.in_(batch))
+                )}  # fmt: skip
+            matrix = embedder.embed([texts[embed_hash][0] for embed_hash in batch])
+            sentence_vectors = _sentence_vectors(embedder, [texts[embed_hash][1] for embed_hash in batch])
             with self.engine.begin() as conn:
                 conn.execute(t.vectors.insert(), [
                     {"embed_hash": embed_hash, "model_version": embedder.model_version,
-                     "vector": vector.astype("<f4").tobytes()}
-                    for embed_hash, vector in zip(batch, matrix, strict=True)
+                     "vector": vector.astype("<f4").tobytes(), "sentence_vectors": sentences}
+                    for embed_hash, vector, sentences in zip(batch, matrix, sentence_vectors, strict=True)
                 ])  # fmt: skip
             self.report.embedded += len(batch)
             self.progress("embedding", self.report.embedded, len(missing), self.report)
@@ -738,7 +738,7 @@ class _Sync:
             conn.exec_driver_sql("ATTACH DATABASE ? AS previous", (f"file:{source}?mode=ro",))
             try:
                 conn.exec_driver_sql(
-                    "INSERT OR IGNORE INTO vectors SELECT p.embed_hash, p.model_version, p.vector "
+                    "INSERT OR IGNORE INTO vectors SELECT p.embed_hash, p.model_version, p.vector, p.sentence_vectors "
                     "FROM previous.vectors AS p WHERE p.embed_hash IN (SELECT embed_hash FROM chunks)"
                 )
             finally:
@@ -784,6 +784,24 @@ class _Sync:
         layout = vector_files.Layout(token, tuple(scopes), (token,))
         vector_files.write(self.matrix_path, layout, rows, vector_files.Segment(rows.size, dimension, blocks))
         return layout
+
+
+def _sentence_vectors(embedder: Embedder, texts: list[str]) -> list[bytes | None]:
+    """For each chunk text, the float32 vectors of its sentences (`chunking.sentences`) as one blob;
+    None for a text of one piece, which its chunk's vector already says."""
+    import numpy as np
+
+    cuts = [cut if len(cut := sentences(text)) > 1 else [] for text in texts]
+    pieces = [piece for cut in cuts for piece in cut]
+    if not pieces:
+        return [None] * len(texts)
+    order = sorted(range(len(pieces)), key=lambda position: len(pieces[position]))  # similar lengths share a batch
+    vectors = np.empty((len(pieces), embedder.dimension), dtype="<f4")
+    for start in range(0, len(order), EMBED_BATCH):
+        batch = order[start : start + EMBED_BATCH]
+        vectors[batch] = embedder.embed([pieces[position] for position in batch])
+    ends = np.cumsum([len(cut) for cut in cuts]).tolist()
+    return [vectors[end - len(cut) : end].tobytes() if cut else None for cut, end in zip(cuts, ends, strict=True)]
 
 
 MATRIX_BLOCK_ROWS = 4096  # vectors copied at a time while a matrix file is written

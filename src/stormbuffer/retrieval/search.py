@@ -35,7 +35,7 @@ from .chunks import Snapshot
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
 from .lexical import lexical_hits
-from .semantic import Nearest, current_matrix, nearest_rows, similar_hits, vector_hits
+from .semantic import Nearest, current_matrix, nearest_rows, similar_hits, vector_hits, with_sentences
 
 if TYPE_CHECKING:
     import numpy as np
@@ -150,7 +150,8 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
                 vector, nearest = pending.result()
                 for snapshot, matrix, found, own in zip(snapshots, matrices, nearest, matched, strict=True):
                     near = vector_hits(snapshot, found, options)
-                    semantic += near + similar_hits(matrix, vector, own, {hit.chunk for hit in near})
+                    near += similar_hits(matrix, vector, own, {hit.chunk for hit in near})
+                    semantic += with_sentences(snapshot, near, vector)
                     lexical += own
             finally:
                 pending.cancel()

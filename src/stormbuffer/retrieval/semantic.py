@@ -2,6 +2,14 @@
 
 Vectors are unit length, so the dot product is the cosine. Hits report the Euclidean distance
 `sqrt(2 - 2 cos)` (what the `vector:distance=…` reason shows) and score `1 / (1 + distance)`.
+
+A chunk of several sentences (`chunking.sentences`) also has a vector per sentence, kept beside its
+own in the projection. Once the nearest chunks and the lexical candidates are known, each one's
+similarity is raised `SENTENCE_SHARE` of the way to its most similar sentence's, when that is
+higher (`with_sentences`): one vector for a whole chunk averages a fact mentioned in passing with
+the rest, and the chunk's own vector still weighs as much, so one close sentence of an unrelated
+chunk cannot take the lead alone. The reasons then show the raised distance and
+`vector:sentence_distance=…`, the best sentence's.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ if TYPE_CHECKING:
 
 # Below this share of rows passing the filters, only those rows are multiplied.
 _SUBSET_SHARE = 0.5
+SENTENCE_SHARE = 0.5  # how far a chunk's similarity moves towards its best sentence's
 
 
 def current_matrix(snapshot: Snapshot, embedder: Embedder) -> vectors.Matrix | None:
@@ -85,9 +94,40 @@ def similar_hits(matrix: vectors.Matrix, query_vector: np.ndarray, hits: list[Se
             for chunk_id, similarity in zip(chunks, similarities, strict=True)]  # fmt: skip
 
 
+def with_sentences(snapshot: Snapshot, hits: list[SearchHit], query_vector: np.ndarray) -> list[SearchHit]:
+    """`hits` (vector hits of this snapshot), each similarity raised `SENTENCE_SHARE` of the way to
+    its chunk's most similar sentence's when that is higher."""
+    import numpy as np
+
+    chunks = [hit.chunk for hit in hits]
+    if not chunks:
+        return hits
+    rows = snapshot.conn.execute(
+        "SELECT c.id, v.sentence_vectors FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
+        f"WHERE v.sentence_vectors IS NOT NULL AND c.id IN ({', '.join('?' * len(chunks))})", chunks
+    ).fetchall()  # fmt: skip
+    if not rows:
+        return hits
+    sentences = np.frombuffer(b"".join(blob for _chunk, blob in rows), dtype="<f4").reshape(-1, query_vector.size)
+    starts = np.cumsum([0] + [len(blob) // (4 * query_vector.size) for _chunk, blob in rows[:-1]])
+    closest = np.maximum.reduceat(np.einsum("ij,j->i", sentences, query_vector), starts).tolist()
+    best = dict(zip((chunk for chunk, _blob in rows), closest, strict=True))
+    for hit in hits:
+        sentence = best.get(hit.chunk)
+        own = 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0
+        if sentence is not None and sentence > own:
+            _scored(hit, own + SENTENCE_SHARE * (sentence - own))
+            hit.match_reasons.append(f"vector:sentence_distance={_distance(sentence):.6f}")
+    return hits
+
+
+def _distance(similarity: float) -> float:
+    return math.sqrt(max(0.0, 2.0 - 2.0 * similarity))
+
+
 def _scored(hit: SearchHit, similarity: float) -> SearchHit:
     """`hit` as a vector hit of this cosine similarity."""
-    distance = math.sqrt(max(0.0, 2.0 - 2.0 * similarity))
+    distance = _distance(similarity)
     hit.score = 1.0 / (1.0 + distance)
     hit.vector_distance = distance
     hit.lexical_match_reason = "vector"
