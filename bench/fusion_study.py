@@ -39,7 +39,7 @@ import quality  # noqa: E402
 from embedding_cache import CachingEmbedder  # noqa: E402
 
 from stormbuffer.embedding import acquire_model, load_embedder
-from stormbuffer.index.chunking import sentences
+from stormbuffer.index.chunking import own_sentences
 from stormbuffer.retrieval import SearchHit, fusion
 
 RESULTS = Path(__file__).parent / "results" / "fusion_study.json"
@@ -80,7 +80,7 @@ def units(args: argparse.Namespace) -> None:
             texts = {hit.chunk: hit.text for hit in lexical + semantic}
             owners, pieces = [], []
             for chunk, text in texts.items():
-                if len(cut := sentences(text, args.min_words)) > 1:
+                if cut := own_sentences(text, args.min_words):
                     owners += [chunk] * len(cut)
                     pieces += cut
             scores: dict[int, float] = {}

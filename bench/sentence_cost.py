@@ -45,7 +45,7 @@ from corpus import make_record  # noqa: E402
 from machine import machine  # noqa: E402
 
 from stormbuffer.embedding import acquire_model, load_embedder
-from stormbuffer.index.chunking import SENTENCE_WORDS, Chunk, chunk_body, sentences
+from stormbuffer.index.chunking import SENTENCE_WORDS, Chunk, chunk_body, own_sentences
 from stormbuffer.index.sync import EMBED_BATCH
 
 RESULTS = Path(__file__).parent / "results" / "sentence_cost.json"
@@ -54,7 +54,7 @@ CANDIDATES = 150  # about what hybrid fuses per query: the nearest records' chun
 
 def pieces_of(chunks: list[Chunk]) -> list[list[str]]:
     """Each chunk's pieces of at least SENTENCE_WORDS words; empty for a chunk of one piece (its own vector serves)."""
-    return [cut if len(cut := sentences(chunk.text, SENTENCE_WORDS)) > 1 else [] for chunk in chunks]
+    return [own_sentences(chunk.text) for chunk in chunks]
 
 
 def chunked(documents: Iterable[tuple[str, str]], total: int, label: str, count_tokens: Callable[[str], int]

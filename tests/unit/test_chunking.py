@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from stormbuffer.index.chunking import SENTENCE_WORDS, Chunk, approximate_token_count, chunk_body, sentences
+from stormbuffer.index.chunking import (
+    SENTENCE_WORDS,
+    Chunk,
+    approximate_token_count,
+    chunk_body,
+    own_sentences,
+    sentences,
+)
 
 MAX_TOKENS = 256
 REFERENCE_BODY = "# Heading\n\n- one\n- two\n\n```rust\nlet x = 1;\nlet y = 2;\n```"
@@ -510,3 +517,10 @@ def test_sentences_keep_every_word_in_order_and_each_piece_long_enough(text: str
     assert " ".join(pieces).split() == text.split()
     if len(pieces) > 1:
         assert all(len(piece.split()) >= min_words for piece in pieces)
+
+
+def test_only_a_text_of_several_sentences_has_sentences_of_its_own() -> None:
+    two = "One two three four five. Six seven eight nine ten."
+    assert own_sentences(two, min_words=5) == sentences(two, min_words=5) == ["One two three four five.",
+                                                                              "Six seven eight nine ten."]  # fmt: skip
+    assert own_sentences("Too short to divide.") == []

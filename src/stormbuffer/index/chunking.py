@@ -38,7 +38,7 @@ in the chunk text.
 
 A chunk's *sentences* (``sentences``) are the pieces its text cuts into at sentence ends and line
 breaks, short ones merged into the next until a piece has ``SENTENCE_WORDS`` words. Each has a
-vector of its own when there are several, so that a fact mentioned in passing in a long chunk is
+vector of its own when there are several (``own_sentences``), so that a fact mentioned in passing in a long chunk is
 not averaged away (see ``retrieval/semantic.py``).
 """
 
@@ -108,6 +108,13 @@ def sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
     elif current:
         pieces.append(current)
     return pieces
+
+
+def own_sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
+    """The sentences of ``text`` that get vectors of their own: none when it is one piece, which the
+    chunk's own vector already says."""
+    cut = sentences(text, min_words)
+    return cut if len(cut) > 1 else []
 
 
 def approximate_token_count(text: str) -> int:

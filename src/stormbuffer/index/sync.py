@@ -37,7 +37,7 @@ from ..core.stores import StorePaths, record_scope
 from . import postings
 from . import projection as pj
 from . import vectors as vector_files
-from .chunking import approximate_token_count, chunk_body, sentences
+from .chunking import approximate_token_count, chunk_body, own_sentences
 
 if TYPE_CHECKING:
     import numpy as np
@@ -787,11 +787,11 @@ class _Sync:
 
 
 def _sentence_vectors(embedder: Embedder, texts: list[str]) -> list[bytes | None]:
-    """For each chunk text, the float32 vectors of its sentences (`chunking.sentences`) as one blob;
-    None for a text of one piece, which its chunk's vector already says."""
+    """For each chunk text, the float32 vectors of its sentences (`chunking.own_sentences`) as one
+    blob; None when it has none."""
     import numpy as np
 
-    cuts = [cut if len(cut := sentences(text)) > 1 else [] for text in texts]
+    cuts = [own_sentences(text) for text in texts]
     pieces = [piece for cut in cuts for piece in cut]
     if not pieces:
         return [None] * len(texts)
