@@ -152,6 +152,22 @@ def test_context_prints_the_contract_blocks_and_a_hybrid_receipt(sandbox: Sandbo
     assert result["blocks"][0]["record_id"] == ID_A and result["blocks"][0]["token_count"] == 5
 
 
+def test_search_shows_when_a_sentence_raised_a_hit(sandbox: Sandbox) -> None:
+    """A long record that mentions the asked fact in passing is weighed by its closest sentence too,
+    and `sbuf search --json` says so in its reasons; a one-sentence record has no such reason."""
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "Weekly routine", (
+        "I'm trying to plan my week better. Work has been busy and I keep missing the gym in the mornings, so I "
+        "want a routine that fits around my meetings. By the way, I finally finished episode 50 of the History of "
+        "Rome podcast on my commute yesterday, which took me three months. Can you suggest a schedule that still "
+        "leaves time for cooking dinner and some reading in the evenings?"))  # fmt: skip
+    put(sandbox.project_root, ID_B, scope, "Podcast tips", "Podcasts are a good way to learn during a commute.")
+    hits = json.loads(ok(sandbox.sbuf("--project", "search", "Which podcast episode did I just finish?", "--json")))
+    reasons = {hit["record_id"]: hit["match_reasons"] for hit in hits}
+    assert any(reason.startswith("vector:sentence_distance=") for reason in reasons[ID_A])
+    assert not any(reason.startswith("vector:sentence_distance=") for reason in reasons[ID_B])
+
+
 def test_without_a_model_retrieval_is_lexical_and_reindex_warns(sandbox: Sandbox) -> None:
     scope = project_store(sandbox)
     put(sandbox.project_root, ID_A, scope, "Paging", "The on-call engineer is phoned when alerts fire.")
