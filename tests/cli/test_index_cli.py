@@ -44,6 +44,11 @@ def put(root: Path, record_id: str, scope: str, title: str, body: str, name: str
     return path
 
 
+def start_watcher(sandbox: Sandbox) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(SBUF), "--project", "watch", "--interval-ms", "50"], cwd=sandbox.cwd, env=sandbox.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
 def counts(stdout: str) -> dict[str, int]:
     return {name: int(value) for name, value in (line.split(": ") for line in stdout.splitlines())}
 
@@ -305,8 +310,7 @@ def test_watch_keeps_the_index_in_step_until_interrupted(sandbox: Sandbox) -> No
     import time
 
     scope = project_store(sandbox)
-    watcher = subprocess.Popen([str(SBUF), "--project", "watch", "--interval-ms", "50"], cwd=sandbox.cwd,
-                               env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    watcher = start_watcher(sandbox)
     try:
         put(sandbox.project_root, ID_A, scope, "Watched", "Indexed by the watcher.")
         index = sandbox.project_root / "index.sqlite3"
@@ -321,3 +325,86 @@ def test_watch_keeps_the_index_in_step_until_interrupted(sandbox: Sandbox) -> No
         watcher.send_signal(signal.SIGINT)
         _out, err = watcher.communicate(timeout=60)
     assert watcher.returncode == 0 and err == ""
+
+
+def test_ctrl_c_in_the_middle_of_a_sync_ends_watch_quietly(sandbox: Sandbox) -> None:
+    """Once watching, interrupts land at several moments while a record keeps changing, so some fall inside a sync."""
+    import signal
+    import sqlite3
+    import time
+
+    scope = project_store(sandbox)
+    records = sandbox.project_root / "records"
+
+    def save(title: str) -> None:  # whole files only, as an editor saves them
+        staged = put(sandbox.project_root, ID_A, scope, title, f"Body of {title}.", name="staged.md.tmp")
+        staged.replace(records / f"{ID_A}.md")
+
+    def indexed_title() -> list[tuple[str]]:
+        with sqlite3.connect(sandbox.project_root / "index.sqlite3") as conn:
+            return conn.execute("SELECT title FROM records WHERE id = ?", (ID_A,)).fetchall()
+
+    for round_number, delay in enumerate((0.2, 0.5, 0.9, 1.4)):
+        save(f"Round {round_number}")
+        watcher = start_watcher(sandbox)
+        try:
+            deadline = time.monotonic() + 120  # generous: this waits for the watcher, it does not measure it
+            while indexed_title() != [(f"Round {round_number}",)] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            started, edit = time.monotonic(), 0
+            while time.monotonic() - started < delay:  # keeps every cycle busy until the interrupt
+                save(f"Round {round_number} edit {edit}")
+                edit += 1
+                time.sleep(0.02)
+        finally:
+            watcher.send_signal(signal.SIGINT)
+            out, err = watcher.communicate(timeout=60)
+        assert (watcher.returncode, out, err) == (0, "", ""), round_number
+    ok(sandbox.sbuf("--project", "doctor"))
+
+
+def test_ctrl_c_during_a_sync_lets_that_sync_finish(sandbox: Sandbox) -> None:
+    import fcntl
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    scope = project_store(sandbox)
+    put(sandbox.project_root, ID_A, scope, "First", "Indexed before the burst.")
+    index = sandbox.project_root / "index.sqlite3"
+
+    def indexed() -> int:
+        with sqlite3.connect(index) as conn:
+            return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+    def syncing() -> bool:  # the watcher holds the projection lock while it syncs
+        fd = os.open(sandbox.project_root / "projection.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    watcher = start_watcher(sandbox)
+    try:
+        deadline = time.monotonic() + 120  # generous: these wait for the watcher, they do not measure it
+        while (not index.is_file() or indexed() != 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        staging = sandbox.project_root / "staging"
+        for number in range(200):
+            record_id = f"01890a5d-ac96-774b-bcce-b302099b{number:04x}"
+            body = f"Burst record {number} about deploys, caches and reviews, long enough to embed for a while."
+            staged = put(staging, record_id, scope, f"Burst {number}", body)
+        for staged in (staging / "records").iterdir():
+            staged.replace(sandbox.project_root / "records" / staged.name)
+        while not syncing() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert syncing(), "the watcher never synced the burst"
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=120)
+    assert (watcher.returncode, out, err) == (0, "", "")
+    assert indexed() == 201

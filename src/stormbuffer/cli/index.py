@@ -76,7 +76,8 @@ def sync() -> None:
 @click.option("--once", is_flag=True, help="Run one reconciliation cycle and exit.")
 @click.option("--interval-ms", type=int, default=500, show_default=True, help="Delay between cycles (at least 50).")
 def watch(once: bool, interval_ms: int) -> None:
-    """Without --once, syncs until interrupted; Ctrl-C ends it quietly (exit 0)."""
+    """Without --once, syncs until interrupted. Ctrl-C ends it quietly (exit 0): at once between cycles, after
+    the running sync during one (a second Ctrl-C stops that sync too; the next sync does the rest)."""
     from ..core.errors import IndexBusy
     from ..index.sync import sync_store
 
@@ -90,21 +91,51 @@ def watch(once: bool, interval_ms: int) -> None:
         fail_on_invalid_records(report.invalid_files)
         return
     reported: list[tuple[str, str]] = []
-    try:
-        while True:
-            with failing("could not sync the index"):
-                try:
-                    report = sync_store(paths, embedder)
-                except IndexBusy:  # another process is syncing this store: try again next cycle
-                    time.sleep(interval)
-                    continue
-            if report.invalid_files != reported:
-                for name, reason in report.invalid_files:
+    with _interrupted_between_cycles() as state:
+        while not state.stopping:
+            cycle: SyncReport | None
+            state.syncing = True
+            try:
+                with failing("could not sync the index"):
+                    try:
+                        cycle = sync_store(paths, embedder)
+                    except IndexBusy:  # another process is syncing this store: try again next cycle
+                        cycle = None
+            finally:
+                state.syncing = False
+            if cycle is not None and cycle.invalid_files != reported:
+                for name, reason in cycle.invalid_files:
                     click.echo(f"warning: invalid canonical record {name}: {reason}", err=True)
-                reported = report.invalid_files
-            time.sleep(interval)
+                reported = cycle.invalid_files
+            if not state.stopping:
+                time.sleep(interval)
+
+
+class _WatchState:
+    syncing = False
+    stopping = False
+
+
+@contextmanager
+def _interrupted_between_cycles() -> Iterator[_WatchState]:
+    """SIGINT raises KeyboardInterrupt only outside a sync; during one it asks the loop to stop after it.
+    The interrupt that ends watching is swallowed here."""
+    import signal
+
+    state = _WatchState()
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        if not state.syncing or state.stopping:
+            raise KeyboardInterrupt
+        state.stopping = True
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield state
     except KeyboardInterrupt:  # Ctrl-C is how watching ends
-        return
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @command("reindex", help="Rebuild the disposable index.")

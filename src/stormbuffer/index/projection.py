@@ -176,9 +176,14 @@ def engine_for(path: Path, *, create: bool) -> Engine:
     """A writer's engine on the file; every connection gets the projection's pragmas (WAL,
     synchronous NORMAL, foreign keys, busy timeout). With `create=False` a missing file is an error
     instead of a new empty database. The caller disposes of it."""
+    import logging
+
     from sqlalchemy import create_engine, event
     from sqlalchemy.pool import NullPool
 
+    quiet = logging.getLogger("sqlalchemy")  # its pool logs a close interrupted by Ctrl-C with a traceback
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())  # so nothing reaches a terminal through logging's last resort
     engine = create_engine(
         "sqlite+pysqlite://",
         creator=lambda: connect(path, create=create, writer=True),  # autocommit: SQLAlchemy's BEGIN is below
