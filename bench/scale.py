@@ -50,6 +50,7 @@ from embedding_cache import CachingEmbedder  # noqa: E402
 
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, record_scope, resolve_store
 from stormbuffer.embedding import acquire_model, load_embedder
+from stormbuffer.index.readers import keep_warm
 from stormbuffer.index.sync import SyncReport, reindex_store, sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, search
 
@@ -220,7 +221,9 @@ def rates(report: SyncReport, seconds: float) -> dict[str, Any]:
 
 def query_latency(paths: StorePaths, mode: str, embedder: Any, rounds: int,
                   bar: Callable[[str, int, int], None]) -> dict[str, Any]:  # fmt: skip
-    """p50/p95 of search and context (limit 10, budget 512) over the query set, after one warm-up pass."""
+    """p50/p95 of search and context (limit 10, budget 512) over the query set, after one warm-up pass,
+    reading as the daemon and the servers do (idle read connections kept)."""
+    keep_warm()
     stores = [paths]
     options = SearchOptions(limit=10, mode=mode)
     budget = ContextOptions(budget=512, search=options)

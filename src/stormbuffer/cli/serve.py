@@ -40,8 +40,10 @@ def serve(address: str, port: int) -> None:
     cli = current()
     from ..adapters.http.context import StoreContext
     from ..index.freshness import FreshnessRegistry
+    from ..index.readers import keep_warm
 
     freshness = FreshnessRegistry()
+    keep_warm()
     try:
         try:
             store = StoreContext.open(cli.view, cli.cwd, cli.env, freshness)

@@ -79,6 +79,7 @@ class Shared:
         from stormbuffer.core.locks import lock_wait_from
         from stormbuffer.core.stores import PlatformDirs, View, resolve_store
         from stormbuffer.index.freshness import FreshnessRegistry
+        from stormbuffer.index.readers import keep_warm
         from stormbuffer.protocol.session import Session
 
         if not Path(cwd).is_absolute():  # never the daemon's own working directory
@@ -90,6 +91,7 @@ class Shared:
             model = self.models.setdefault(selected.cache_dir, WarmEmbedder(selected.cache_dir))
             if self.freshness is None:
                 self.freshness = FreshnessRegistry()
+                keep_warm()
         slot = model if acquire else _Prepared(model)
         return Session(selected_view, selected, dirs, slot, self.freshness, lock_wait=lock_wait_from(env))
 

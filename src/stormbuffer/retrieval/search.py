@@ -35,7 +35,15 @@ from .chunks import Snapshot
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
 from .lexical import lexical_hits
-from .semantic import Nearest, current_matrix, nearest_rows, similar_hits, vector_hits, with_sentences
+from .semantic import (
+    Nearest,
+    current_matrix,
+    nearest_rows,
+    sentence_blobs,
+    similar_hits,
+    vector_hits,
+    with_sentences,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -130,8 +138,9 @@ def _lexical(stores: list[StorePaths], query: str, options: SearchOptions, reaso
 def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
               fallback: str | None) -> Ranking:  # fmt: skip
     """Hybrid or semantic ranking. A worker thread embeds the query and finds the nearest rows of
-    every store's matrix while this thread runs the lexical queries (the model, NumPy's products
-    and SQLite all release the GIL); the hits are then read from SQLite here."""
+    every store's matrix while this thread runs the lexical queries and reads their candidates'
+    sentence vectors (the model, NumPy's products and SQLite all release the GIL); the nearest rows'
+    hits and sentences are then read from SQLite here."""
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
@@ -147,11 +156,15 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
             try:
                 chunks = depth * LEXICAL_CHUNKS_PER_RECORD
                 matched = [lexical_hits(snapshot, query, options, chunks) if hybrid else [] for snapshot in snapshots]
+                sentences = [sentence_blobs(snapshot, {hit.chunk for hit in own})
+                             for snapshot, own in zip(snapshots, matched, strict=True)]  # fmt: skip
                 vector, nearest = pending.result()
-                for snapshot, matrix, found, own in zip(snapshots, matrices, nearest, matched, strict=True):
+                for snapshot, matrix, found, own, blobs in zip(snapshots, matrices, nearest, matched, sentences,
+                                                               strict=True):  # fmt: skip
                     near = vector_hits(snapshot, found, options)
                     near += similar_hits(matrix, vector, own, {hit.chunk for hit in near})
-                    semantic += with_sentences(snapshot, near, vector)
+                    blobs.update(sentence_blobs(snapshot, {hit.chunk for hit in near} - blobs.keys()))
+                    semantic += with_sentences(near, vector, blobs)
                     lexical += own
             finally:
                 pending.cancel()

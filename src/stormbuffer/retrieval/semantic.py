@@ -15,6 +15,7 @@ chunk cannot take the lead alone. The reasons then show the raised distance and
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -94,24 +95,32 @@ def similar_hits(matrix: vectors.Matrix, query_vector: np.ndarray, hits: list[Se
             for chunk_id, similarity in zip(chunks, similarities, strict=True)]  # fmt: skip
 
 
-def with_sentences(snapshot: Snapshot, hits: list[SearchHit], query_vector: np.ndarray) -> list[SearchHit]:
-    """`hits` (vector hits of this snapshot), each similarity raised `SENTENCE_SHARE` of the way to
-    its chunk's most similar sentence's when that is higher."""
+def sentence_blobs(snapshot: Snapshot, chunks: Iterable[int]) -> dict[int, bytes]:
+    """Chunk id → its sentences' vectors (float32 rows, one blob), for those of `chunks` that have them.
+
+    Hybrid search reads the lexical candidates' blobs while the query is still being embedded."""
+    wanted = list(chunks)
+    if not wanted:
+        return {}
+    return dict(snapshot.conn.execute(
+        "SELECT c.id, v.sentence_vectors FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
+        f"WHERE v.sentence_vectors IS NOT NULL AND c.id IN ({', '.join('?' * len(wanted))})", wanted
+    ).fetchall())  # fmt: skip
+
+
+def with_sentences(hits: list[SearchHit], query_vector: np.ndarray, blobs: Mapping[int, bytes]) -> list[SearchHit]:
+    """`hits` (vector hits), each similarity raised `SENTENCE_SHARE` of the way to its chunk's most
+    similar sentence's when that is higher; `blobs` holds the sentences of (at least) their chunks."""
     import numpy as np
 
-    chunks = [hit.chunk for hit in hits]
-    if not chunks:
+    found = [(hit.chunk, blobs[hit.chunk]) for hit in hits if hit.chunk in blobs]
+    if not found:
         return hits
-    rows = snapshot.conn.execute(
-        "SELECT c.id, v.sentence_vectors FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
-        f"WHERE v.sentence_vectors IS NOT NULL AND c.id IN ({', '.join('?' * len(chunks))})", chunks
-    ).fetchall()  # fmt: skip
-    if not rows:
-        return hits
-    sentences = np.frombuffer(b"".join(blob for _chunk, blob in rows), dtype="<f4").reshape(-1, query_vector.size)
-    starts = np.cumsum([0] + [len(blob) // (4 * query_vector.size) for _chunk, blob in rows[:-1]])
+    width = 4 * query_vector.size
+    sentences = np.frombuffer(b"".join(blob for _chunk, blob in found), dtype="<f4").reshape(-1, query_vector.size)
+    starts = np.cumsum([0] + [len(blob) // width for _chunk, blob in found[:-1]])
     closest = np.maximum.reduceat(np.einsum("ij,j->i", sentences, query_vector), starts).tolist()
-    best = dict(zip((chunk for chunk, _blob in rows), closest, strict=True))
+    best = dict(zip((chunk for chunk, _blob in found), closest, strict=True))
     for hit in hits:
         sentence = best.get(hit.chunk)
         own = 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0

@@ -132,6 +132,7 @@ def run(options: Options) -> int:
     from stormbuffer.core.locks import lock_wait_from
     from stormbuffer.core.stores import PlatformDirs, View, resolve_store
     from stormbuffer.index.freshness import FreshnessRegistry
+    from stormbuffer.index.readers import keep_warm
     from stormbuffer.protocol.session import Session
     from stormbuffer.threads import limit_math_threads
 
@@ -150,6 +151,7 @@ def run(options: Options) -> int:
     except (StormbufferError, OSError):
         return _start_failed()
     freshness = FreshnessRegistry()  # watchers start once the host is quiet, or with the first read
+    keep_warm()
     session = Session(View(options.view), selected, dirs, WarmEmbedder(selected.cache_dir), freshness,
                       lock_wait=lock_wait_from(os.environ))  # fmt: skip
     try:
