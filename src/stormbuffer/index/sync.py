@@ -775,7 +775,7 @@ class _Sync:
                 )
                 vector_files.write(self.matrix_path, layout, appended, segment)
                 return layout
-            position, known = _rows_of(previous, rows["chunk"])
+            position, known = previous.rows_of(rows["chunk"])
             if newer != int((~known).sum()):  # it does not fit: build from SQLite alone
                 return self._write_matrix(conn, dimension, token, None)
             blocks = _merged_blocks(previous, position, known, _blocks(conn, newer_than, dimension))
@@ -871,14 +871,6 @@ def _matrix_rows(cursor: sqlite3.Cursor) -> tuple[np.ndarray, list[str]]:
     return rows, scopes
 
 
-def _rows_of(matrix: vector_files.Matrix, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each of the sorted `chunks`, its row in `matrix` (meaningful only where found) and whether found."""
-    import numpy as np
-
-    position = np.minimum(np.searchsorted(matrix.rows["chunk"], chunks), matrix.size - 1)
-    return position, matrix.rows["chunk"][position] == chunks
-
-
 def _appended_rows(previous: vector_files.Matrix, rows: np.ndarray, newer: int) -> np.ndarray | None:
     """The rows file for the previous matrix's segments plus one segment of the `newer` chunks after
     its last one; None when the previous matrix does not fit or the result should be laid out afresh.
@@ -888,7 +880,7 @@ def _appended_rows(previous: vector_files.Matrix, rows: np.ndarray, newer: int) 
     import numpy as np
 
     kept = rows.size - newer  # rows are in chunk order, so the newer chunks come last
-    position, found = _rows_of(previous, rows["chunk"][:kept])
+    position, found = previous.rows_of(rows["chunk"][:kept])
     if not found.all() or np.any(previous.rows["status"][position] == vector_files.DEAD):
         return None
     total = previous.size + newer

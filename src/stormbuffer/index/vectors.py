@@ -114,6 +114,16 @@ class Matrix:
         parts = [np.einsum("ij,j->i", part, query_vector) for part in self._parts(positions)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def rows_of(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each of the sorted `chunks`, its position (meaningful only where found) and whether it is
+        found. Rows are in chunk order (chunk ids only grow, and each new segment holds newer chunks)."""
+        import numpy as np
+
+        if not self.size:
+            return np.zeros(len(chunks), dtype=np.int64), np.zeros(len(chunks), dtype=bool)
+        position = np.minimum(np.searchsorted(self.rows["chunk"], chunks), self.size - 1)
+        return position, self.rows["chunk"][position] == chunks
+
     def vectors(self, positions: np.ndarray) -> np.ndarray:
         """Copies of the vectors of the rows at sorted `positions`."""
         import numpy as np

@@ -20,7 +20,7 @@ it, relative to `options.now` (default: the clock).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -137,10 +137,11 @@ def _lexical(stores: list[StorePaths], query: str, options: SearchOptions, reaso
 
 def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
               fallback: str | None) -> Ranking:  # fmt: skip
-    """Hybrid or semantic ranking. A worker thread embeds the query and finds the nearest rows of
-    every store's matrix while this thread runs the lexical queries and reads their candidates'
-    sentence vectors (the model, NumPy's products and SQLite all release the GIL); the nearest rows'
-    hits and sentences are then read from SQLite here."""
+    """Hybrid or semantic ranking. A worker thread embeds the query, hands its vector over, and finds
+    the nearest rows of every store's matrix; meanwhile this thread runs the lexical queries and reads
+    their candidates' sentence vectors, then, with the vector, weighs those candidates while the worker
+    is still multiplying (the model, NumPy's products and SQLite all release the GIL). The nearest
+    rows' hits and sentences are read from SQLite last."""
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
@@ -152,19 +153,23 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
         if len(matrices) < len(snapshots):
             raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
         if postings.words(query):
-            pending = _EMBEDDING.submit(_nearest, embedder, query, matrices, options, depth)
+            embedded: Future[np.ndarray] = Future()
+            pending = _EMBEDDING.submit(_nearest, embedder, query, matrices, options, depth, embedded)
             try:
                 chunks = depth * LEXICAL_CHUNKS_PER_RECORD
                 matched = [lexical_hits(snapshot, query, options, chunks) if hybrid else [] for snapshot in snapshots]
                 sentences = [sentence_blobs(snapshot, {hit.chunk for hit in own})
                              for snapshot, own in zip(snapshots, matched, strict=True)]  # fmt: skip
-                vector, nearest = pending.result()
-                for snapshot, matrix, found, own, blobs in zip(snapshots, matrices, nearest, matched, sentences,
-                                                               strict=True):  # fmt: skip
+                vector = embedded.result()
+                similar = [with_sentences(similar_hits(matrix, vector, own), vector, blobs)
+                           for matrix, own, blobs in zip(matrices, matched, sentences, strict=True)]  # fmt: skip
+                for snapshot, found, own, blobs, weighed in zip(snapshots, pending.result(), matched, sentences,
+                                                                similar, strict=True):  # fmt: skip
                     near = vector_hits(snapshot, found, options)
-                    near += similar_hits(matrix, vector, own, {hit.chunk for hit in near})
-                    blobs.update(sentence_blobs(snapshot, {hit.chunk for hit in near} - blobs.keys()))
+                    known = {hit.chunk for hit in near}
+                    blobs.update(sentence_blobs(snapshot, known - blobs.keys()))
                     semantic += with_sentences(near, vector, blobs)
+                    semantic += [hit for hit in weighed if hit.chunk not in known]
                     lexical += own
             finally:
                 pending.cancel()
@@ -179,11 +184,17 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     return Ranking(hits, wanted, None, embedder.model_id, embedder.model_version)
 
 
-def _nearest(embedder: Embedder, query: str, matrices: list[Matrix], options: SearchOptions,
-             depth: int) -> tuple[np.ndarray, list[Nearest]]:  # fmt: skip
-    """The query's vector and its nearest rows in each matrix (no SQLite: this runs on the worker thread)."""
-    vector = _embed_query(embedder, query)
-    return vector, [nearest_rows(matrix, vector, options, depth) for matrix in matrices]
+def _nearest(embedder: Embedder, query: str, matrices: list[Matrix], options: SearchOptions, depth: int,
+             embedded: Future[np.ndarray]) -> list[Nearest]:  # fmt: skip
+    """The query's vector, handed over through `embedded` as soon as it is known, then its nearest rows
+    in each matrix (no SQLite: this runs on the worker thread)."""
+    try:
+        vector = _embed_query(embedder, query)
+    except BaseException as exc:
+        embedded.set_exception(exc)
+        raise
+    embedded.set_result(vector)
+    return [nearest_rows(matrix, vector, options, depth) for matrix in matrices]
 
 
 def _embed_query(embedder: Embedder, query: str) -> np.ndarray:

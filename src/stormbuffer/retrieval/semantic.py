@@ -79,19 +79,19 @@ def vector_hits(snapshot: Snapshot, nearest: Nearest, options: SearchOptions) ->
             if chunk_id in loaded]  # fmt: skip
 
 
-def similar_hits(matrix: vectors.Matrix, query_vector: np.ndarray, hits: list[SearchHit],
-                 known: set[int]) -> list[SearchHit]:  # fmt: skip
-    """Vector hits for the chunks of `hits` (lexical candidates) not in `known` (the nearest rows'),
-    each scored by its own similarity to the query: hybrid fusion then weighs what the vector side
-    says of every candidate, rather than nothing for a chunk just past the nearest rows."""
+def similar_hits(matrix: vectors.Matrix, query_vector: np.ndarray, hits: list[SearchHit]) -> list[SearchHit]:
+    """Vector hits for the chunks of `hits` (lexical candidates), each scored by its own similarity to
+    the query: hybrid fusion then weighs what the vector side says of every candidate, rather than
+    nothing for a chunk just past the nearest rows (which keep their own hit of the same chunk)."""
     import numpy as np
 
-    missing = {hit.chunk: hit for hit in hits if hit.chunk not in known}
-    if not missing:
+    candidates = {hit.chunk: hit for hit in hits}
+    if not candidates:
         return []
-    positions = np.flatnonzero(np.isin(matrix.rows["chunk"], np.fromiter(missing, dtype=np.int64)))
+    position, found = matrix.rows_of(np.fromiter(sorted(candidates), dtype=np.int64))
+    positions = position[found]
     chunks, similarities = matrix.rows["chunk"][positions].tolist(), matrix.similarity(query_vector, positions).tolist()
-    return [_scored(replace(missing[chunk_id], bm25=0.0), similarity)
+    return [_scored(replace(candidates[chunk_id], bm25=0.0), similarity)
             for chunk_id, similarity in zip(chunks, similarities, strict=True)]  # fmt: skip
 
 
