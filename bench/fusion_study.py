@@ -2,8 +2,9 @@
 
 `capture` runs `quality.py`'s LongMemEval-S or SciFact pass (same stores, same real model, same
 embedding cache) and saves, per query, the exact inputs of `fusion.fuse` (the lexical and vector
-candidate lists with their BM25 scores and similarities, the scope and the time reference) and the
-data's labels. `units` embeds, for every captured LongMemEval-S candidate chunk of more than one
+candidate lists with their BM25 scores and similarities, the scope and the time reference), the
+inverse document frequency of each term the lexical side scored (both sets search one store per
+query) and the data's labels. `units` embeds, for every captured LongMemEval-S candidate chunk of more than one
 sentence, its sentences (short ones merged until a piece has `--min-words` words), and saves each
 chunk's best sentence similarity to the query: what vectors per sentence, rather than per chunk,
 would tell fusion. `replay` runs today's `fusion.fuse` and a fixed set of alternatives on the
@@ -39,6 +40,7 @@ import quality  # noqa: E402
 from embedding_cache import CachingEmbedder  # noqa: E402
 
 from stormbuffer.embedding import acquire_model, load_embedder
+from stormbuffer.index import postings
 from stormbuffer.index.chunking import own_sentences
 from stormbuffer.retrieval import SearchHit, fusion
 
@@ -50,22 +52,35 @@ Fuse = Callable[..., list[SearchHit]]
 def capture(args: argparse.Namespace) -> None:
     """Run one dataset of quality.py with a spy on `fuse`; save its inputs and labels per query."""
     search_module = sys.modules["stormbuffer.retrieval.search"]
-    real_fuse, seen, queries = search_module.fuse, [], []
+    real_fuse, real_rank, seen, idfs, queries = search_module.fuse, postings.rank, [], [], []
 
     def spy(*inputs: Any) -> list[SearchHit]:
         seen.append(inputs)
         return real_fuse(*inputs)
 
-    def keep(query: dict[str, Any], lists: dict[str, list[SearchHit]], labels: dict[str, Any]) -> None:
-        queries.append({"query": query, "inputs": seen[-1], "labels": labels})
+    def idf_spy(conn: Any, terms: Any, stats: postings.Stats, limit: int) -> Any:
+        idfs.append(scored_terms(conn, list(terms), stats))
+        return real_rank(conn, terms, stats, limit)
 
-    search_module.fuse = spy
+    def keep(query: dict[str, Any], lists: dict[str, list[SearchHit]], labels: dict[str, Any]) -> None:
+        queries.append({"query": query, "inputs": seen[-1], "labels": labels, "idf": idfs[-1]})
+
+    search_module.fuse, postings.rank = spy, idf_spy
     quality.Dumper = lambda path: keep  # type: ignore[assignment,misc,return-value]
     output = args.capture.with_suffix(".quality.json")
     sys.argv = ["quality.py", "--only", args.only, "--work", str(args.work), "--out", str(output)]
     quality.main()
     args.capture.write_bytes(pickle.dumps({"dataset": args.only, "queries": queries}))
     print(f"captured {len(queries)} queries in {args.capture}")
+
+
+def scored_terms(conn: Any, terms: list[str], stats: postings.Stats) -> dict[str, tuple[float, bool]]:
+    """Each query term `postings.rank` scores → (its idf, whether it matches only as a prefix)."""
+    matched = {term: found for term in dict.fromkeys(terms) if (found := postings._matches(conn, term)).size}
+    chosen = {term: found for term, found in matched.items() if 2 * found.size < stats.chunks} or matched
+    return {term: (max(postings.IDF_FLOOR, math.log((stats.chunks - found.size + 0.5) / (found.size + 0.5))),
+                   conn.execute("SELECT 1 FROM postings WHERE term = ?", (term,)).fetchone() is None)
+            for term, found in chosen.items()}  # fmt: skip
 
 
 def units(args: argparse.Namespace) -> None:
@@ -142,8 +157,92 @@ def variant(weight: float = fusion.LEXICAL_WEIGHT, mean_floor: bool = False) -> 
     return fuse
 
 
+CONVEX, LEXICAL_PARTS = fusion._combined, fusion._lexical_parts  # today's combination and lexical scale
+
+
+def combined_as(combine: Callable[[float, float], float]) -> Fuse:
+    """`fusion.fuse` with another way of combining a record's two normalised parts."""
+
+    def fuse(*inputs: Any) -> list[SearchHit]:
+        saved, fusion._combined = fusion._combined, combine
+        try:
+            return fusion.fuse(*inputs)
+        finally:
+            fusion._combined = saved
+
+    return fuse
+
+
+REPLAYED: dict[str, Any] = {}  # the query being replayed (its terms' idf)
+
+
+def over_ceiling(hits: list[SearchHit]) -> list[float]:
+    """BM25 over the most any chunk could score for the query's terms (each at full saturation,
+    idf · (k1 + 1)) instead of over the best candidate's: how much of the query a chunk matches."""
+    top = sum(idf for idf, _ in REPLAYED["query"]["idf"].values()) * (postings.K1 + 1.0)
+    return [min(1.0, hit.bm25 / top) if top > 0 else 0.0 for hit in hits]
+
+
+def sentence_bm25(text: str, idf: dict[str, tuple[float, bool]], average: float) -> float:
+    """BM25 of a chunk's best sentence (20-word pieces, as its sentence vectors), 0 for one piece."""
+    best = 0.0
+    for sentence in own_sentences(text):
+        found = postings.terms(sentence)
+        score = 0.0
+        for term, (weight, prefix) in idf.items():
+            count = sum(word.startswith(term) for word in found) if prefix else found.count(term)
+            norm = postings.K1 * (1.0 - postings.B + postings.B * len(found) / average)
+            score += weight * count * (postings.K1 + 1.0) / (count + norm) if count else 0.0
+        best = max(best, score)
+    return best
+
+
+def toward_sentences(share: float) -> Callable[[list[SearchHit]], list[float]]:
+    """Each lexical part raised `share` of the way to its chunk's best sentence's BM25, over the
+    best of those among the candidates: what the vector side does with sentence vectors."""
+
+    def parts(hits: list[SearchHit]) -> list[float]:
+        pieces = [len(postings.terms(piece)) for hit in hits for piece in own_sentences(hit.text)]
+        average = statistics.fmean(pieces) if pieces else 1.0
+        best = [sentence_bm25(hit.text, REPLAYED["query"]["idf"], average) for hit in hits]
+        top = max(best, default=0.0)
+        return [own + share * max(0.0, (sentence / top if top > 0 else 0.0) - own)
+                for own, sentence in zip(LEXICAL_PARTS(hits), best, strict=True)]  # fmt: skip
+
+    return parts
+
+
+def absolute_vector(hits: list[SearchHit]) -> list[float]:
+    """Cosine similarity itself (0 when negative), not over the best candidate's."""
+    return [max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits]
+
+
+def parts_as(lexical: Callable[..., list[float]] | None, vector: Callable[..., list[float]] | None) -> Fuse:
+    """`fusion.fuse` with other normalisations of either side."""
+
+    def fuse(*inputs: Any) -> list[SearchHit]:
+        saved = fusion._lexical_parts, fusion._vector_parts
+        fusion._lexical_parts, fusion._vector_parts = lexical or saved[0], vector or saved[1]
+        try:
+            return fusion.fuse(*inputs)
+        finally:
+            fusion._lexical_parts, fusion._vector_parts = saved
+
+    return fuse
+
+
 VARIANTS: dict[str, tuple[Fuse, float]] = {  # name -> (fusion, share of the way to the best sentence)
     "today": (fusion.fuse, 0.0),
+    "geometric mean": (combined_as(lambda lexical, vector: math.sqrt(lexical * vector)), 0.0),
+    "CombMNZ": (combined_as(lambda lexical, vector: CONVEX(lexical, vector) * ((lexical > 0) + (vector > 0))), 0.0),
+    "agreement bonus": (
+        combined_as(lambda lexical, vector: CONVEX(lexical, vector) + 0.25 * min(lexical, vector)),
+        0.0,
+    ),
+    "lexical over its ceiling": (parts_as(over_ceiling, None), 0.0),
+    "vector absolute": (parts_as(None, absolute_vector), 0.0),
+    "lexical over its ceiling, vector absolute": (parts_as(over_ceiling, absolute_vector), 0.0),
+    "lexical halfway to sentences' BM25": (parts_as(toward_sentences(0.5), None), 0.0),
     "mean floor": (variant(mean_floor=True), 0.0),
     "lexical weight 0.55": (variant(0.55), 0.0),
     "mean floor, lexical weight 0.55": (variant(0.55, True), 0.0),
@@ -174,6 +273,7 @@ def longmemeval_metrics(queries: list[dict[str, Any]], fuse: Fuse, best: list[di
         session_of = {record: label["session"] for record, label in labels.items()}
         evidence = {label["session"] for label in labels.values() if label["evidence"]}
         turns = {record for record, label in labels.items() if label["evidence_turn"]}
+        REPLAYED["query"] = query
         per_query.append(quality.longmemeval_metrics(first_of_each(fuse(*inputs), 10), session_of, evidence, turns))
     return averaged(per_query)
 
@@ -182,8 +282,12 @@ def scifact_metrics(queries: list[dict[str, Any]], fuse: Fuse, data: Path) -> di
     """Judgements keyed by record id (the capture labels only the records each mode put in its top 10)."""
     qrels = {query_id: {record_id(doc_id): grade for doc_id, grade in judged.items()}
              for query_id, judged in quality.read_qrels(data / "scifact").items()}  # fmt: skip
-    ranked = [(first_of_each(fuse(*query["inputs"]), 100), qrels[query["query"]["query_id"]]) for query in queries]
-    return averaged([quality.scifact_metrics(records, relevant) for records, relevant in ranked])
+    per_query = []
+    for query in queries:
+        REPLAYED["query"] = query
+        ranked = first_of_each(fuse(*query["inputs"]), 100)
+        per_query.append(quality.scifact_metrics(ranked, qrels[query["query"]["query_id"]]))
+    return averaged(per_query)
 
 
 def record_id(doc_id: str) -> str:
