@@ -127,6 +127,11 @@ def floored(values: list[float]) -> list[float]:
     return [max(0.0, (value - floor) / (best - floor)) if best > floor else float(best > 0) for value in values]
 
 
+def absolute_vector(hits: list[SearchHit]) -> list[float]:
+    """Cosine similarity itself (0 when negative), not over the best candidate's."""
+    return [max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits]
+
+
 def mean_floor_lexical(hits: list[SearchHit]) -> list[float]:
     parts, by_scope = [0.0] * len(hits), {}
     for position, hit in enumerate(hits):
@@ -138,39 +143,33 @@ def mean_floor_lexical(hits: list[SearchHit]) -> list[float]:
 
 
 def mean_floor_vector(hits: list[SearchHit]) -> list[float]:
-    return floored([max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits])
-
-
-def variant(weight: float = fusion.LEXICAL_WEIGHT, mean_floor: bool = False) -> Fuse:
-    """`fusion.fuse` with another lexical weight and, optionally, the mean as both sides' floor."""
-
-    def fuse(*inputs: Any) -> list[SearchHit]:
-        saved = fusion.LEXICAL_WEIGHT, fusion._lexical_parts, fusion._vector_parts
-        fusion.LEXICAL_WEIGHT = weight
-        if mean_floor:
-            fusion._lexical_parts, fusion._vector_parts = mean_floor_lexical, mean_floor_vector
-        try:
-            return fusion.fuse(*inputs)
-        finally:
-            fusion.LEXICAL_WEIGHT, fusion._lexical_parts, fusion._vector_parts = saved
-
-    return fuse
+    return floored(absolute_vector(hits))
 
 
 CONVEX, LEXICAL_PARTS = fusion._combined, fusion._lexical_parts  # today's combination and lexical scale
 
 
-def combined_as(combine: Callable[[float, float], float]) -> Fuse:
-    """`fusion.fuse` with another way of combining a record's two normalised parts."""
+def patched(**names: Any) -> Fuse:
+    """`fusion.fuse` with some of its module's names replaced for the call (a weight, a side's
+    normalisation `_lexical_parts` / `_vector_parts`, the combination `_combined`)."""
 
     def fuse(*inputs: Any) -> list[SearchHit]:
-        saved, fusion._combined = fusion._combined, combine
+        saved = {name: getattr(fusion, name) for name in names}
+        for name, value in names.items():
+            setattr(fusion, name, value)
         try:
             return fusion.fuse(*inputs)
         finally:
-            fusion._combined = saved
+            for name, value in saved.items():
+                setattr(fusion, name, value)
 
     return fuse
+
+
+def variant(weight: float = fusion.LEXICAL_WEIGHT, mean_floor: bool = False) -> Fuse:
+    """`fusion.fuse` with another lexical weight and, optionally, the mean as both sides' floor."""
+    floors = {"_lexical_parts": mean_floor_lexical, "_vector_parts": mean_floor_vector} if mean_floor else {}
+    return patched(LEXICAL_WEIGHT=weight, **floors)
 
 
 REPLAYED: dict[str, Any] = {}  # the query being replayed (its terms' idf)
@@ -212,37 +211,24 @@ def toward_sentences(share: float) -> Callable[[list[SearchHit]], list[float]]:
     return parts
 
 
-def absolute_vector(hits: list[SearchHit]) -> list[float]:
-    """Cosine similarity itself (0 when negative), not over the best candidate's."""
-    return [max(0.0, 1.0 - (hit.vector_distance or 0.0) ** 2 / 2.0) for hit in hits]
-
-
-def parts_as(lexical: Callable[..., list[float]] | None, vector: Callable[..., list[float]] | None) -> Fuse:
-    """`fusion.fuse` with other normalisations of either side."""
-
-    def fuse(*inputs: Any) -> list[SearchHit]:
-        saved = fusion._lexical_parts, fusion._vector_parts
-        fusion._lexical_parts, fusion._vector_parts = lexical or saved[0], vector or saved[1]
-        try:
-            return fusion.fuse(*inputs)
-        finally:
-            fusion._lexical_parts, fusion._vector_parts = saved
-
-    return fuse
-
-
 VARIANTS: dict[str, tuple[Fuse, float]] = {  # name -> (fusion, share of the way to the best sentence)
     "today": (fusion.fuse, 0.0),
-    "geometric mean": (combined_as(lambda lexical, vector: math.sqrt(lexical * vector)), 0.0),
-    "CombMNZ": (combined_as(lambda lexical, vector: CONVEX(lexical, vector) * ((lexical > 0) + (vector > 0))), 0.0),
-    "agreement bonus": (
-        combined_as(lambda lexical, vector: CONVEX(lexical, vector) + 0.25 * min(lexical, vector)),
+    "geometric mean": (patched(_combined=lambda lexical, vector: math.sqrt(lexical * vector)), 0.0),
+    "CombMNZ": (
+        patched(_combined=lambda lexical, vector: CONVEX(lexical, vector) * ((lexical > 0) + (vector > 0))),
         0.0,
     ),
-    "lexical over its ceiling": (parts_as(over_ceiling, None), 0.0),
-    "vector absolute": (parts_as(None, absolute_vector), 0.0),
-    "lexical over its ceiling, vector absolute": (parts_as(over_ceiling, absolute_vector), 0.0),
-    "lexical halfway to sentences' BM25": (parts_as(toward_sentences(0.5), None), 0.0),
+    "agreement bonus": (
+        patched(_combined=lambda lexical, vector: CONVEX(lexical, vector) + 0.25 * min(lexical, vector)),
+        0.0,
+    ),
+    "lexical over its ceiling": (patched(_lexical_parts=over_ceiling), 0.0),
+    "vector absolute": (patched(_vector_parts=absolute_vector), 0.0),
+    "lexical over its ceiling, vector absolute": (
+        patched(_lexical_parts=over_ceiling, _vector_parts=absolute_vector),
+        0.0,
+    ),
+    "lexical halfway to sentences' BM25": (patched(_lexical_parts=toward_sentences(0.5)), 0.0),
     "mean floor": (variant(mean_floor=True), 0.0),
     "lexical weight 0.55": (variant(0.55), 0.0),
     "mean floor, lexical weight 0.55": (variant(0.55, True), 0.0),
