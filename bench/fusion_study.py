@@ -211,6 +211,38 @@ def toward_sentences(share: float) -> Callable[[list[SearchHit]], list[float]]:
     return parts
 
 
+def record_parts(hits: list[SearchHit], parts: list[float], depth: int = 10) -> list[float]:
+    """Each record's best part, best first, at most `depth` records."""
+    best: dict[str, float] = {}
+    for hit, part in zip(hits, parts, strict=True):
+        best[hit.record_id] = max(best.get(hit.record_id, 0.0), part)
+    return sorted(best.values(), reverse=True)[:depth]
+
+
+def margin(parts: list[float]) -> float:
+    """How far the first record leads the second (parts are over the best, so 1 − the second's)."""
+    return parts[0] - parts[1] if len(parts) > 1 else float(bool(parts))
+
+
+def spread(parts: list[float]) -> float:
+    """The standard deviation of the top records' parts (as NQC, a query performance predictor)."""
+    return statistics.pstdev(parts) if len(parts) > 1 else 0.0
+
+
+def decisive(measure: Callable[[list[float]], float], shrink: float) -> Fuse:
+    """Per query, each side weighted by how decisive its own ranking is (`measure` of its top records'
+    parts), moved `shrink` of the way back to today's equal weights."""
+
+    def fuse(lexical: list[SearchHit], semantic: list[SearchHit], *rest: Any) -> list[SearchHit]:
+        sides = (measure(record_parts(lexical, LEXICAL_PARTS(lexical))),
+                 measure(record_parts(semantic, fusion._vector_parts(semantic))))  # fmt: skip
+        weight = sides[0] / sum(sides) if sum(sides) > 0 else fusion.LEXICAL_WEIGHT
+        weight = shrink * fusion.LEXICAL_WEIGHT + (1.0 - shrink) * weight
+        return patched(LEXICAL_WEIGHT=weight)(lexical, semantic, *rest)
+
+    return fuse
+
+
 VARIANTS: dict[str, tuple[Fuse, float]] = {  # name -> (fusion, share of the way to the best sentence)
     "today": (fusion.fuse, 0.0),
     "geometric mean": (patched(_combined=lambda lexical, vector: math.sqrt(lexical * vector)), 0.0),
@@ -229,6 +261,10 @@ VARIANTS: dict[str, tuple[Fuse, float]] = {  # name -> (fusion, share of the way
         0.0,
     ),
     "lexical halfway to sentences' BM25": (patched(_lexical_parts=toward_sentences(0.5)), 0.0),
+    "weights by each side's lead": (decisive(margin, 0.0), 0.0),
+    "weights by each side's lead, halfway": (decisive(margin, 0.5), 0.0),
+    "weights by each side's spread": (decisive(spread, 0.0), 0.0),
+    "weights by each side's spread, halfway": (decisive(spread, 0.5), 0.0),
     "mean floor": (variant(mean_floor=True), 0.0),
     "lexical weight 0.55": (variant(0.55), 0.0),
     "mean floor, lexical weight 0.55": (variant(0.55, True), 0.0),
