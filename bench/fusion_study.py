@@ -146,7 +146,7 @@ def mean_floor_vector(hits: list[SearchHit]) -> list[float]:
     return floored(absolute_vector(hits))
 
 
-CONVEX, LEXICAL_PARTS = fusion._combined, fusion._lexical_parts  # today's combination and lexical scale
+CONVEX, LEXICAL_PARTS, VECTOR_PARTS = fusion._combined, fusion._lexical_parts, fusion._vector_parts  # today's
 
 
 def patched(**names: Any) -> Fuse:
@@ -234,9 +234,9 @@ def decisive(measure: Callable[[list[float]], float], shrink: float) -> Fuse:
     parts), moved `shrink` of the way back to today's equal weights."""
 
     def fuse(lexical: list[SearchHit], semantic: list[SearchHit], *rest: Any) -> list[SearchHit]:
-        sides = (measure(record_parts(lexical, LEXICAL_PARTS(lexical))),
-                 measure(record_parts(semantic, fusion._vector_parts(semantic))))  # fmt: skip
-        weight = sides[0] / sum(sides) if sum(sides) > 0 else fusion.LEXICAL_WEIGHT
+        lexical_side = measure(record_parts(lexical, LEXICAL_PARTS(lexical)))
+        total = lexical_side + measure(record_parts(semantic, VECTOR_PARTS(semantic)))
+        weight = lexical_side / total if total > 0 else fusion.LEXICAL_WEIGHT
         weight = shrink * fusion.LEXICAL_WEIGHT + (1.0 - shrink) * weight
         return patched(LEXICAL_WEIGHT=weight)(lexical, semantic, *rest)
 
