@@ -211,6 +211,29 @@ def toward_sentences(share: float) -> Callable[[list[SearchHit]], list[float]]:
     return parts
 
 
+def min_distance(text: str, idf: dict[str, tuple[float, bool]]) -> int:
+    """The fewest positions between two different query terms in `text` (MinDist, Tao & Zhai 2007);
+    the text's length when fewer than two of the terms occur in it."""
+    found = postings.terms(text)
+    where = sorted((position, term) for position, word in enumerate(found) for term, (_, prefix) in idf.items()
+                   if (word.startswith(term) if prefix else word == term))  # fmt: skip
+    if len({term for _, term in where}) < 2:
+        return len(found)
+    return min(b - a for (a, first), (b, second) in zip(where, where[1:], strict=False) if first != second)
+
+
+def with_proximity(alpha: float, scale: float) -> Callable[[list[SearchHit]], list[float]]:
+    """Today's lexical parts of BM25 plus `scale` · log(alpha + e^−MinDist), Tao & Zhai's proximity
+    term: chunks whose query terms stand close together gain, scattered matches lose."""
+
+    def parts(hits: list[SearchHit]) -> list[float]:
+        idf = REPLAYED["query"]["idf"]
+        return LEXICAL_PARTS([replace(hit, bm25=max(0.0, hit.bm25 + scale * math.log(
+            alpha + math.exp(-min_distance(hit.text, idf))))) for hit in hits])  # fmt: skip
+
+    return parts
+
+
 def record_parts(hits: list[SearchHit], parts: list[float], depth: int = 10) -> list[float]:
     """Each record's best part, best first, at most `depth` records."""
     best: dict[str, float] = {}
@@ -261,6 +284,9 @@ VARIANTS: dict[str, tuple[Fuse, float]] = {  # name -> (fusion, share of the way
         0.0,
     ),
     "lexical halfway to sentences' BM25": (patched(_lexical_parts=toward_sentences(0.5)), 0.0),
+    "BM25 + proximity (α 0.3)": (patched(_lexical_parts=with_proximity(0.3, 1.0)), 0.0),
+    "BM25 + 2 × proximity (α 0.3)": (patched(_lexical_parts=with_proximity(0.3, 2.0)), 0.0),
+    "BM25 + 4 × proximity (α 0.3)": (patched(_lexical_parts=with_proximity(0.3, 4.0)), 0.0),
     "weights by each side's lead": (decisive(margin, 0.0), 0.0),
     "weights by each side's lead, halfway": (decisive(margin, 0.5), 0.0),
     "weights by each side's spread": (decisive(spread, 0.0), 0.0),
