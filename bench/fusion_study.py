@@ -182,6 +182,11 @@ def over_ceiling(hits: list[SearchHit]) -> list[float]:
     return [min(1.0, hit.bm25 / top) if top > 0 else 0.0 for hit in hits]
 
 
+def matches(word: str, term: str, prefix: bool) -> bool:
+    """Whether a text's term counts for a query term (as `postings.rank` matches: whole, or as a prefix)."""
+    return word.startswith(term) if prefix else word == term
+
+
 def sentence_bm25(text: str, idf: dict[str, tuple[float, bool]], average: float) -> float:
     """BM25 of a chunk's best sentence (20-word pieces, as its sentence vectors), 0 for one piece."""
     best = 0.0
@@ -189,7 +194,7 @@ def sentence_bm25(text: str, idf: dict[str, tuple[float, bool]], average: float)
         found = postings.terms(sentence)
         score = 0.0
         for term, (weight, prefix) in idf.items():
-            count = sum(word.startswith(term) for word in found) if prefix else found.count(term)
+            count = sum(matches(word, term, prefix) for word in found)
             norm = postings.K1 * (1.0 - postings.B + postings.B * len(found) / average)
             score += weight * count * (postings.K1 + 1.0) / (count + norm) if count else 0.0
         best = max(best, score)
@@ -216,7 +221,7 @@ def min_distance(text: str, idf: dict[str, tuple[float, bool]]) -> int:
     the text's length when fewer than two of the terms occur in it."""
     found = postings.terms(text)
     where = sorted((position, term) for position, word in enumerate(found) for term, (_, prefix) in idf.items()
-                   if (word.startswith(term) if prefix else word == term))  # fmt: skip
+                   if matches(word, term, prefix))  # fmt: skip
     if len({term for _, term in where}) < 2:
         return len(found)
     return min(b - a for (a, first), (b, second) in zip(where, where[1:], strict=False) if first != second)
