@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "context": "index:context",
     "conformance": "conformance:conformance",
     "daemon": "daemon:daemon",
+    "evaluate": "evaluate:evaluate",
 }
 
 
