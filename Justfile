@@ -10,6 +10,10 @@ default:
 gen:
     {{python}} scripts/gen_models.py
 
+# Regenerate the man pages and shell completion scripts in src/stormbuffer/share/ from the click commands.
+manuals:
+    {{python}} scripts/gen_manuals.py
+
 # Lint: ruff (style and errors) and mypy (types).
 lint:
     {{python}} -m ruff check src tests bench scripts

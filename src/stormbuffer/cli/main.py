@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,7 @@ COMMANDS: dict[str, str] = {
     "conformance": "conformance:conformance",
     "daemon": "daemon:daemon",
     "evaluate": "evaluate:evaluate",
+    "completion": "completion:completion",
 }
 
 
@@ -141,6 +143,10 @@ def cli(ctx: click.Context) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run `sbuf`; expected failures print one `error:` line, never a traceback."""
+    if "_SBUF_COMPLETE" in os.environ:  # a shell asking for completions: add PowerShell to click's shells
+        from .completion import register_shells
+
+        register_shells()
     try:
         # Without standalone mode click returns the code of `ctx.exit(n)` (an `Exit`) instead of raising it.
         status = cli.main(args=argv, prog_name="sbuf", standalone_mode=False)
