@@ -53,6 +53,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "daemon:daemon",
     "evaluate": "evaluate:evaluate",
     "completion": "completion:completion",
+    "service": "service:service",
 }
 
 
