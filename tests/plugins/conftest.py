@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests import tools
 from tests.helpers import SBUF, run_sbuf, sbuf_env
+from tests.hosts.model_stub import ModelStub
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "plugins"
@@ -80,3 +82,26 @@ def host_sandbox(tmp_path_factory: pytest.TempPathFactory) -> HostSandbox:
     warm = box.sbuf("invoke", "context", input=json.dumps({"version": 1, "query": "magnetar release"}))
     assert box.record_id in warm.stdout
     return box
+
+
+def pi_rpc_turn(box: HostSandbox, env: dict[str, str], stub: ModelStub, prompt: str, *, requests: int,
+                linger_s: float = 0.0) -> tuple[str, str]:  # fmt: skip
+    """Send `prompt` to `pi` in RPC mode against `stub` and wait until the stub has answered `requests`
+    requests (or pi ended, or HOST_TIMEOUT_S passed), then `linger_s` more; pi's stdout and stderr."""
+    pi = subprocess.Popen(
+        ["pi", "--provider", "stub", "--model", "stub-model", "--no-session", "--mode", "rpc"],
+        cwd=box.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert pi.stdin is not None
+        pi.stdin.write(json.dumps({"type": "prompt", "message": prompt}) + "\n")
+        pi.stdin.flush()
+        deadline = time.monotonic() + HOST_TIMEOUT_S
+        while len(stub.responses()) < requests and time.monotonic() < deadline and pi.poll() is None:
+            time.sleep(0.1)
+        time.sleep(linger_s)
+        return pi.communicate(timeout=30)
+    finally:
+        if pi.poll() is None:
+            pi.kill()
+            pi.communicate()

@@ -5,12 +5,10 @@ first model request, and the settled agent sends exactly one capture review."""
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 
 from tests.helpers import run_sbuf
 from tests.hosts.model_stub import ModelStub, Reply, pi_models
-from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox
+from tests.plugins.conftest import CAPTURE_MARKER, HostSandbox, pi_rpc_turn
 
 PROMPT = "What is the magnetar release rule?"
 
@@ -35,23 +33,8 @@ def test_pi_recalls_before_the_first_request_and_reviews_once(host_sandbox: Host
     turns = [Reply.text_reply("Releases freeze on Fridays."), Reply.text_reply("Nothing durable to propose.")]
     with ModelStub(turns) as stub:
         (agent_dir / "models.json").write_text(pi_models(stub.base_url))
-        pi = subprocess.Popen(
-            ["pi", "--provider", "stub", "--model", "stub-model", "--no-session", "--mode", "rpc"],
-            cwd=box.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            assert pi.stdin is not None
-            pi.stdin.write(json.dumps({"type": "prompt", "message": PROMPT}) + "\n")
-            pi.stdin.flush()
-            deadline = time.monotonic() + HOST_TIMEOUT_S
-            while len(stub.responses()) < 2 and time.monotonic() < deadline and pi.poll() is None:
-                time.sleep(0.1)
-            time.sleep(1.0)  # a second review would be sent within this
-            stdout, stderr = pi.communicate(timeout=30)
-        finally:
-            if pi.poll() is None:
-                pi.kill()
-                pi.communicate()
+        # a second review would be sent within the lingering second
+        stdout, stderr = pi_rpc_turn(box, env, stub, PROMPT, requests=2, linger_s=1.0)
     requests = stub.responses()
     log = stdout[-3000:] + stderr[-3000:]
     assert len(requests) == 2, log

@@ -52,7 +52,9 @@ def _copy_package(name: str, root: Path, skill: str) -> None:
     destination = root / "plugins" / name
     staging = destination.with_name(f".{name}.new")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(_shipped(Path("plugins", name)), staging, ignore=shutil.ignore_patterns("test", "node_modules"))
+    # the package's skills/ holds every scope's skill (for installs from a clone); here only the selected one
+    skipped = shutil.ignore_patterns("test", "node_modules", "skills")
+    shutil.copytree(_shipped(Path("plugins", name)), staging, ignore=skipped)
     skill_file = staging / "skills" / skill / SKILL_FILE
     skill_file.parent.mkdir(parents=True)
     skill_file.write_bytes(shipped_skill(skill))
