@@ -10,7 +10,6 @@ start it; it never runs them.
 from __future__ import annotations
 
 import os
-import plistlib
 import shutil
 import sys
 from collections.abc import Callable
@@ -78,6 +77,8 @@ def systemd_unit(address: str, port: int) -> str:
 
 
 def launchd_agent(address: str, port: int) -> str:
+    import plistlib
+
     agent: dict[str, object] = {
         "Label": AGENT_LABEL,
         "ProgramArguments": serve_arguments(address, port),
