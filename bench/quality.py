@@ -65,6 +65,7 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, record_scope, resolve_store
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import acquire_model, load_embedder
+from stormbuffer.evaluation import mean, recall_at, reciprocal_rank
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import SearchHit, SearchOptions, fusion, search
 
@@ -129,10 +130,6 @@ def ndcg(ranked: list[str], gains: dict[str, float], k: int) -> float:
     ideal = sorted(gains.values(), reverse=True)[:k]
     best = sum(gain / math.log2(rank + 2) for rank, gain in enumerate(ideal))
     return dcg / best if best else 0.0
-
-
-def mean(values: list[float]) -> float:
-    return round(sum(values) / len(values), 4) if values else 0.0
 
 
 # ---- LongMemEval ---------------------------------------------------------------------------------
@@ -217,18 +214,17 @@ def longmemeval_metrics(ranked: list[str], session_of: dict[str, str], evidence:
 
 def session_metrics(sessions: list[str], evidence: set[str]) -> dict[str, float]:
     distinct = list(dict.fromkeys(sessions))
-    first = next((rank for rank, session in enumerate(distinct, 1) if session in evidence), None)
     metrics = {f"recall_any@{k}": float(any(s in evidence for s in sessions[:k])) for k in (1, 5, 10)}
-    metrics |= {f"recall@{k}": len(evidence & set(sessions[:k])) / len(evidence) for k in (5, 10)}
+    metrics |= {f"recall@{k}": recall_at(sessions, evidence, k) for k in (5, 10)}
     metrics["ndcg@10"] = ndcg(distinct, dict.fromkeys(evidence, 1.0), 10)
-    metrics["mrr"] = 1.0 / first if first else 0.0
+    metrics["mrr"] = reciprocal_rank(distinct, evidence)
     return metrics
 
 
 def turn_metrics(ranked: list[str], evidence_turns: set[str]) -> dict[str, float]:
     """Share of the evidence turns among the top k records, and whether the first record is one."""
     metrics = {"turn_recall_any@1": float(bool(ranked) and ranked[0] in evidence_turns)}
-    metrics |= {f"turn_recall@{k}": len(evidence_turns & set(ranked[:k])) / len(evidence_turns) for k in (5, 10)}
+    metrics |= {f"turn_recall@{k}": recall_at(ranked, evidence_turns, k) for k in (5, 10)}
     return metrics
 
 
@@ -290,7 +286,7 @@ def read_qrels(folder: Path) -> dict[str, dict[str, float]]:
 def scifact_metrics(ranked: list[str], relevant: dict[str, float]) -> dict[str, float]:
     """One query's NDCG@{1,5,10} and Recall@{10,100} for its ranked document ids."""
     metrics = {f"ndcg@{k}": ndcg(ranked, relevant, k) for k in (1, 5, 10)}
-    return metrics | {f"recall@{k}": len(set(ranked[:k]) & set(relevant)) / len(relevant) for k in (10, 100)}
+    return metrics | {f"recall@{k}": recall_at(ranked, relevant, k) for k in (10, 100)}
 
 
 class Dumper:
