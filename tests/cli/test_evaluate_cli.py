@@ -96,6 +96,12 @@ def test_a_json_array_of_questions_is_read_too(sandbox: Sandbox) -> None:
 
 
 def test_bad_questions_files_get_one_clear_error(sandbox: Sandbox) -> None:
+    questions = sandbox.base / "questions.jsonl"
+    questions.write_text('{"query": "a", "expected": "x"}')
+    uninitialized = error_line(sandbox.sbuf("--project", "evaluate", "--queries", str(questions)))
+    assert (
+        uninitialized == "error: could not evaluate the questions: store is not initialized; run `sbuf --project init`"
+    )
     ok(sandbox.sbuf("init"))
     cases = {
         "empty.jsonl": ("", "invalid questions file: the file holds no questions"),
