@@ -24,6 +24,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from stormbuffer.auth.credential import read_token
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
 from tests.helpers import SBUF, Sandbox, link_tree, record_markdown
 
@@ -87,9 +88,18 @@ class Server:
         text = (self.box.project_root / "store.toml").read_text(encoding="utf-8")
         return "project:" + re.search(r'project_id = "([^"]+)"', text).group(1)  # type: ignore[union-attr]
 
-    def client(self, **kwargs: Any) -> httpx2.Client:
-        """A client whose every response is checked against the OpenAPI document."""
-        return httpx2.Client(base_url=self.base_url, timeout=TIMEOUT, trust_env=False,
+    @property
+    def token(self) -> str:
+        """The sandbox user's credential, which the server made on start."""
+        token = read_token(self.box.env)
+        assert token is not None
+        return token
+
+    def client(self, *, token: bool = True, **kwargs: Any) -> httpx2.Client:
+        """A client whose every response is checked against the OpenAPI document; it sends the
+        user's credential unless `token=False`."""
+        headers = {"Authorization": f"Bearer {self.token}"} if token else {}
+        return httpx2.Client(base_url=self.base_url, timeout=TIMEOUT, trust_env=False, headers=headers,
                              event_hooks={"response": [self._check]}, **kwargs)  # fmt: skip
 
     def _check(self, response: httpx2.Response) -> None:

@@ -3,7 +3,8 @@
 The body is the request `sbuf invoke <operation>` reads on stdin; the answer's body is exactly the
 line it prints (without the newline), so every door gives the same envelope, receipts included.
 The status mirrors the envelope: 200 for `ok`, otherwise a status for the error code. Reads run
-on the reader threads; everything else waits for its turn as a write.
+on the reader threads; everything else waits for its turn as a write. The protocol's writes run
+its secret guard whoever calls: a bearer token is never a person.
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from stormbuffer.protocol.invoke import encode, failure, invoke_line
 from stormbuffer.protocol.session import Session
 
 from . import bodies
+from .access import allow
 from .context import store_context
 
 READ_OPERATIONS = frozenset({"search", "context", "get"})
+# protocol operation -> what `authorize` is asked: writes that make records active at once are edits
+AUTHORIZED_AS = {
+    "search": "search", "context": "recall", "get": "get",
+    "remember": "remember", "update": "update", "propose": "propose",
+    "supersede": "edit", "archive": "archive",
+}  # fmt: skip
 STATUS = {
     "invalid_json": 400, "invalid_request": 400, "unsupported_version": 400, "path_denied": 400,
     "unknown_operation": 404, "not_found": 404,
@@ -35,6 +43,7 @@ STATUS = {
 
 async def invoke_operation(request: Request) -> Response:
     operation = request.path_params["operation"]
+    allow(request, AUTHORIZED_AS.get(operation, "recall"))  # an unknown operation is answered, never run
     data = await bodies.read(request)
     store = store_context(request)
     if operation in READ_OPERATIONS:
