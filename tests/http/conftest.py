@@ -95,10 +95,10 @@ class Server:
         assert token is not None
         return token
 
-    def client(self, *, token: bool = True, **kwargs: Any) -> httpx2.Client:
+    def client(self, *, token: bool = True, headers: dict[str, str] | None = None, **kwargs: Any) -> httpx2.Client:
         """A client whose every response is checked against the OpenAPI document; it sends the
-        user's credential unless `token=False`."""
-        headers = {"Authorization": f"Bearer {self.token}"} if token else {}
+        user's credential unless `token=False`, and `headers`."""
+        headers = {**({"Authorization": f"Bearer {self.token}"} if token else {}), **(headers or {})}
         return httpx2.Client(base_url=self.base_url, timeout=TIMEOUT, trust_env=False, headers=headers,
                              event_hooks={"response": [self._check]}, **kwargs)  # fmt: skip
 
@@ -130,11 +130,13 @@ class Server:
         return code
 
 
-def start(box: Sandbox, *args: str, view: str = "--project") -> Server:
-    """`sbuf <view> serve --port 0 <args>` in the sandbox, once it listens."""
+def start(box: Sandbox, *args: str, view: str = "--project", **popen: Any) -> Server:
+    """`sbuf <view> serve --port 0 <args>` in the sandbox, once it listens (`popen`: more arguments
+    of `subprocess.Popen`)."""
     process = subprocess.Popen(
         [str(SBUF), view, "serve", "--port", "0", *args], cwd=box.cwd, env=box.env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+        **popen,
     )  # fmt: skip
     assert process.stderr is not None
     log: list[str] = []

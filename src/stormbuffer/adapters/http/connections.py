@@ -5,10 +5,11 @@ uvicorn's h11 protocol, with two additions:
 - **Header timeout.** A connection has `HEADER_TIMEOUT_S` from its opening (or from the end of its
   previous answer) to send a request's complete headers, else it is closed. The time a body may
   take is bounded where bodies are read (`bodies.read`).
-- **Connection cap.** At most `connection_cap()` connections are open at once, below the process's
-  file descriptor limit. A new connection over the cap closes the oldest one still waiting for its
-  headers (a half-sent request cannot starve a real one), or, when every connection is serving a
-  request, is itself closed.
+- **Connection cap.** At most `connection_cap()` connections are open at once, well below the
+  process's file descriptor limit, and at most `accept_batch()` are taken from the listen queue at
+  a time (each holds a descriptor before the cap sees it). A new connection over the cap closes
+  the oldest one still waiting for its headers (a half-sent request cannot starve a real one), or,
+  when every connection is serving a request, is itself closed.
 """
 
 from __future__ import annotations
@@ -25,11 +26,21 @@ HEADER_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 256
 
 
-def connection_cap() -> int:
-    """`MAX_CONNECTIONS`, or half the soft descriptor limit when that is lower (files, sockets and
-    the model need the rest)."""
+def _descriptors() -> int:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(8, min(MAX_CONNECTIONS, soft // 2))
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_cap() -> int:
+    """`MAX_CONNECTIONS`, or half the soft descriptor limit when that is lower (the store's files,
+    the watcher, the model and the accept batch need the rest)."""
+    return max(8, min(MAX_CONNECTIONS, _descriptors() // 2))
+
+
+def accept_batch() -> int:
+    """How many connections the server accepts at once, and its listen queue: an eighth of the
+    descriptor limit, at most `MAX_CONNECTIONS // 2`."""
+    return max(4, min(MAX_CONNECTIONS // 2, _descriptors() // 8))
 
 
 class BoundedH11Protocol(H11Protocol):

@@ -84,12 +84,12 @@ def loopback_server(
     """The server of the app for `store` on the bound socket, for holders of `credentials`
     (`run(sockets=[sock])` serves it; setting `should_exit` stops it, as a signal does)."""
     from .app import build_app
-    from .connections import BoundedH11Protocol
+    from .connections import BoundedH11Protocol, accept_batch
 
     app = build_app(store, sock.getsockname()[0], credentials, extra_routes)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
-                            http=BoundedH11Protocol, ws="none")  # fmt: skip
+                            http=BoundedH11Protocol, ws="none", backlog=accept_batch())  # fmt: skip
     return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
 
 
