@@ -45,8 +45,11 @@ def human_only_record(served: Server) -> None:
 ])  # fmt: skip
 def test_without_the_token_nothing_is_read_or_written(served: Server, authorization: str | None) -> None:
     before = tree_digest(served.box.project_root / "records")
-    headers = {} if authorization is None else {
-        "Authorization": authorization.format(token=served.token, short=served.token[:-1])}
+    headers = (
+        {}
+        if authorization is None
+        else {"Authorization": authorization.format(token=served.token, short=served.token[:-1])}
+    )
     with served.client(token=False, headers=headers) as client:
         for method, path, body in ROUTES:
             answer = client.request(method, path, json=body if body is not None or method == "GET" else {})

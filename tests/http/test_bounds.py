@@ -97,7 +97,7 @@ def test_a_40_mib_chunked_body_is_refused_early_and_costs_no_memory(
 def test_a_form_without_its_token_is_refused_before_it_is_parsed(server: Server) -> None:
     """A form whose first field is not the page's CSRF token is 403 whatever it holds: 200 000 fields
     are never split, and a body over the bound is 413 before any of it is looked at."""
-    fields = "&".join(f"id={index}" for index in range(200_000)).encode()[: 250_000]
+    fields = "&".join(f"id={index}" for index in range(200_000)).encode()[:250_000]
     head = (f"POST /review/decide HTTP/1.1\r\nHost: {server.address}\r\nOrigin: http://{server.address}\r\n"
             f"Authorization: Bearer {server.token}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
             f"Content-Length: {len(fields)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip

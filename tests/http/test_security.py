@@ -78,7 +78,8 @@ def test_a_cross_site_fetch_is_refused(served: Server, client: httpx2.Client, si
 
 
 def test_the_servers_own_origin_may_write(served: Server, client: httpx2.Client) -> None:
-    for origin, site in ((f"http://127.0.0.1:{served.port}", "same-origin"), (f"http://localhost:{served.port}", "none")):
+    own = ((f"http://127.0.0.1:{served.port}", "same-origin"), (f"http://localhost:{served.port}", "none"))
+    for origin, site in own:
         body = {**RECORD, "title": f"From {origin}"}
         headers = {"Origin": origin, "Sec-Fetch-Site": site}
         assert client.post("/v1/records", json=body, headers=headers).status_code == 201
