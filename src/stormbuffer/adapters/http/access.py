@@ -45,6 +45,8 @@ class Credentials:
 
     token: str
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    program: Principal = field(default_factory=lambda: local_user("program"))  # who holds the token
+    person: Principal = field(default_factory=lambda: local_user("person"))  # who holds the session
 
     def cookie_name(self, port: int | None) -> str:
         """Cookies are shared by every port of a host: the port keeps two servers' sessions apart."""
@@ -54,7 +56,7 @@ class Credentials:
         headers = Headers(scope=scope)
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and given and same_token(given.strip(), self.token):
-            return local_user("program")
+            return self.program
         if scope["path"].startswith("/v1/"):
             return None  # the API is for programs: a browser's cookie is not its credential
         cookie = SimpleCookie()
@@ -63,7 +65,7 @@ class Credentials:
         except Exception:  # a malformed Cookie header is no credential
             return None
         found = cookie.get(self.cookie_name(_port(scope)))
-        return local_user("person") if found is not None and same_token(found.value, self.session) else None
+        return self.person if found is not None and same_token(found.value, self.session) else None
 
 
 def _port(scope: Scope) -> int | None:
