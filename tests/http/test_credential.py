@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from stormbuffer.auth import ALL_SCOPES, OPERATIONS, Principal, Refused, Role, authorize, local_user
+from stormbuffer.auth import (
+    ALL_SCOPES,
+    OPERATIONS,
+    PROTOCOL_OPERATIONS,
+    Principal,
+    Refused,
+    Role,
+    authorize,
+    local_user,
+)
 from stormbuffer.auth.credential import CredentialError, ensure_token, read_token, token_path
 from tests.helpers import Sandbox
 
@@ -128,3 +137,13 @@ def _refused(who: Principal, operation: str, scope: str) -> bool:
     except Refused:
         return True
     return False
+
+
+def test_every_protocol_operation_is_authorized_as_a_known_operation() -> None:
+    from stormbuffer.protocol.requests import OPERATIONS as PROTOCOL
+
+    assert set(PROTOCOL_OPERATIONS) == set(PROTOCOL)
+    assert set(PROTOCOL_OPERATIONS.values()) <= set(OPERATIONS)
+    reader = principal(Role.READER)
+    assert [op for op in PROTOCOL_OPERATIONS if not _refused(reader, PROTOCOL_OPERATIONS[op], "g")] == [
+        "search", "context", "get"]  # fmt: skip

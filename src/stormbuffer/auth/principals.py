@@ -25,6 +25,14 @@ OPERATIONS: dict[str, Role] = {
     **dict.fromkeys(("tokens", "import", "export", "destroy"), Role.ADMIN),
 }
 
+# operation of the version-1 protocol (`sbuf invoke`, MCP, `/v1/invoke/…`) -> the operation `authorize`
+# is asked; writes that make a record active at once are edits
+PROTOCOL_OPERATIONS = {
+    "search": "search", "context": "recall", "get": "get",
+    "remember": "remember", "update": "update", "propose": "propose",
+    "supersede": "edit", "archive": "archive",
+}  # fmt: skip
+
 Kind = Literal["person", "program"]
 ALL_SCOPES: frozenset[str] | None = None  # `Principal.scopes` for a principal over every scope
 

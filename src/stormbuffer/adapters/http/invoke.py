@@ -14,6 +14,7 @@ import json
 from starlette.requests import Request
 from starlette.responses import Response
 
+from stormbuffer.auth import PROTOCOL_OPERATIONS
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.protocol.errors import from_core
 from stormbuffer.protocol.invoke import encode, failure, invoke_line
@@ -24,12 +25,6 @@ from .access import allow
 from .context import store_context
 
 READ_OPERATIONS = frozenset({"search", "context", "get"})
-# protocol operation -> what `authorize` is asked: writes that make records active at once are edits
-AUTHORIZED_AS = {
-    "search": "search", "context": "recall", "get": "get",
-    "remember": "remember", "update": "update", "propose": "propose",
-    "supersede": "edit", "archive": "archive",
-}  # fmt: skip
 STATUS = {
     "invalid_json": 400, "invalid_request": 400, "unsupported_version": 400, "path_denied": 400,
     "unknown_operation": 404, "not_found": 404,
@@ -43,7 +38,7 @@ STATUS = {
 
 async def invoke_operation(request: Request) -> Response:
     operation = request.path_params["operation"]
-    allow(request, AUTHORIZED_AS.get(operation, "recall"))  # an unknown operation is answered, never run
+    allow(request, PROTOCOL_OPERATIONS.get(operation, "recall"))  # an unknown operation is answered, never run
     data = await bodies.read(request)
     store = store_context(request)
     if operation in READ_OPERATIONS:
