@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import http.server
 import re
 import threading
@@ -334,3 +335,22 @@ def test_signing_in_with_the_pasted_token(server: Server) -> None:
         assert driver.execute_script("return document.cookie") == ""  # HttpOnly: no script reads it
     finally:
         driver.quit()
+
+
+def test_a_person_is_the_session_not_the_page(server: Server) -> None:
+    """The same edit form: sent with the session cookie it is a person's edit and is saved as typed;
+    sent with the bearer token it is a program's, and a credential in it is refused."""
+    record_id = server.add("Deploy notes", "How we deploy.")
+    planted = "ghp_" + "Q8w7E6r5T4y3U2i1O0p9A8s7D6f5"
+    bearer = {"Authorization": f"Bearer {server.token}"}
+    for credential, saved in ((bearer, False), ({}, True)):
+        page = fetch(server, f"/records/{record_id}/edit", signed_in=not credential, headers=credential)
+        found = re.findall(r'name="(csrf|etag|status_of)" value="([^"]*)"', page.body)
+        fields = {name: html.unescape(value) for name, value in found}
+        form = urllib.parse.urlencode({**fields, "title": "Deploy notes", "kind": "fact",
+                                       "body": f"Deploy with {planted}."}).encode()  # fmt: skip
+        answer = fetch(server, f"/records/{record_id}/edit", data=form, signed_in=not credential,
+                       headers={**FORM, "Origin": server.url, **credential})  # fmt: skip
+        assert (answer.status, planted in server.on_disk(record_id).body) == ((303, True) if saved else (422, False))
+        if not saved:
+            assert "credential-like material" in answer.body and planted in answer.body  # the draft is kept
