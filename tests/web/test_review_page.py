@@ -306,6 +306,7 @@ def test_without_the_session_every_page_leads_to_sign_in(server: Server) -> None
         assert "Private until signed in" not in answer.body
     page = fetch(server, "/sign-in", signed_in=False)
     assert page.status == 401 and 'name="csrf"' not in page.body and "Private until" not in page.body
+    assert fetch(server, "/sign-in").headers["Location"] == "/"  # signed in already
     for cookie in (server.cookie.split("=", 1)[0] + "=forged", "stormbuffer_session_1=" + server.cookie.split("=")[1]):
         assert fetch(server, "/", signed_in=False, headers={"Cookie": cookie}).status == 303
     wrong = fetch(server, "/sign-in?token=" + "A" * 43, signed_in=False)

@@ -155,6 +155,8 @@ class Review:
         token = request.query_params.get("token")
         if token is not None:
             return self.signed_in(request, token)
+        if request.state.principal is not None:  # signed in already
+            return RedirectResponse("/", status_code=303)
         return self.sign_in_page(401)
 
     async def sign_in(self, request: Request) -> Response:
