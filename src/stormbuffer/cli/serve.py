@@ -24,7 +24,11 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter("must be an IP address", ctx, param) from None
 
 
-@command("serve", help="Serve the local HTTP API (JSON over loopback HTTP) for the selected store.")
+@command(
+    "serve",
+    help="Serve the local HTTP API (JSON over loopback HTTP) and the review page for the selected store; "
+    "clients send the token `sbuf auth token` prints.",
+)
 @click.option(
     "--bind",
     "address",
