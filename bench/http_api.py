@@ -54,6 +54,7 @@ from corpus import QUERIES  # noqa: E402
 from invoke_latency import build, environment, timed_run  # noqa: E402
 from machine import machine, result_rows  # noqa: E402
 
+from stormbuffer.auth.credential import ensure_token  # noqa: E402
 from stormbuffer.core.repository import Repository  # noqa: E402
 from stormbuffer.core.stores import StorePaths  # noqa: E402
 
@@ -74,6 +75,9 @@ def free_port() -> int:
         return port
 
 
+AUTH: dict[str, str] = {}  # `Authorization` of the benchmark user, set once in main
+
+
 class Served:
     """One `sbuf --project serve` process on the benchmark store."""
 
@@ -88,7 +92,7 @@ class Served:
     def first_200(self, record_id: str, deadline_s: float = 30.0) -> float:
         """Seconds from spawn to the first 200 of `POST /v1/invoke/get` for `record_id`."""
         body = json.dumps({"version": 1, "id": record_id})
-        with httpx2.Client(base_url=self.url, trust_env=False, timeout=deadline_s) as client:
+        with httpx2.Client(base_url=self.url, headers=AUTH, trust_env=False, timeout=deadline_s) as client:
             while time.perf_counter() - self.started < deadline_s:
                 try:
                     if client.post("/v1/invoke/get", content=body, headers=JSON).status_code == 200:
@@ -128,7 +132,7 @@ def warm(cwd: Path, env: dict[str, str], record_id: str, rounds: int) -> dict[st
     served = Served(cwd, env)
     served.first_200(record_id)
     contexts, searches, gets = [], [], []
-    with httpx2.Client(base_url=served.url, trust_env=False, timeout=60) as client:
+    with httpx2.Client(base_url=served.url, headers=AUTH, trust_env=False, timeout=60) as client:
 
         def timed(method: str, path: str, **kwargs: Any) -> tuple[float, httpx2.Response]:
             began = time.perf_counter()
@@ -170,7 +174,7 @@ async def load(url: str, clients: int, seconds: float, record_ids: list[str]) ->
     stop_at = time.perf_counter() + seconds
     limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
 
-    async with httpx2.AsyncClient(base_url=url, trust_env=False, timeout=120, limits=limits) as http:
+    async with httpx2.AsyncClient(base_url=url, headers=AUTH, trust_env=False, timeout=120, limits=limits) as http:
 
         async def one_client(number: int) -> None:
             rng = random.Random(number)
@@ -213,7 +217,7 @@ async def load(url: str, clients: int, seconds: float, record_ids: list[str]) ->
 def check_writes(url: str, store: Repository, outcome: dict[str, Any]) -> dict[str, int]:
     """Lost, partial and phantom writes, after the load."""
     lost = partial = 0
-    with httpx2.Client(base_url=url, trust_env=False, timeout=60) as client:
+    with httpx2.Client(base_url=url, headers=AUTH, trust_env=False, timeout=60) as client:
         for record_id, body in outcome["applied"].items():
             answer = client.get(f"/v1/records/{record_id}")
             if answer.status_code != 200:
@@ -239,6 +243,7 @@ def main() -> None:
     work = options.work / f"store-{options.records}"
     paths = build(work, options.records)
     env = environment(work, "cache")
+    AUTH["Authorization"] = f"Bearer {ensure_token(env)}"  # the credential every server of the run accepts
     cwd = paths.root.parent
     record_ids = sorted(path.stem for path in paths.records.glob("*.md"))[:500]
 

@@ -21,11 +21,16 @@ from .test_kit import conformance
 READS = ("search", "context", "get")
 
 
+SERVED_ENV: dict[str, str] = {}  # the environment of the user the served server runs as
+
+
 @pytest.fixture(scope="module")
 def served(caller_env: dict[str, str]) -> Iterator[Served]:
     """`sbuf --project serve` on a free port, in a fresh copy of the contract store."""
     with ThrowawayStore(caller_env) as store:
-        server = Served([str(BIN / "sbuf")], store.place())
+        place = store.place()
+        server = Served([str(BIN / "sbuf")], place)
+        SERVED_ENV.update(place.env)
         try:
             yield server
         finally:
@@ -34,7 +39,7 @@ def served(caller_env: dict[str, str]) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def client(served: Served) -> Iterator[HttpClient]:
-    with HttpClient(served.url) as http:
+    with HttpClient(served.url, env=SERVED_ENV) as http:  # that user's credential
         yield http
 
 
@@ -45,7 +50,9 @@ def failed(report: dict[str, object]) -> list[str]:
 
 
 def test_the_kit_passes_against_a_running_server(served: Served, caller_env: dict[str, str]) -> None:
-    done = conformance("--http", served.url, "--json", env=caller_env)
+    # the kit reads the credential of the user it runs as: here, the server's
+    config = str(Path(SERVED_ENV["HOME"], ".config"))
+    done = conformance("--http", served.url, "--json", env={**caller_env, "XDG_CONFIG_HOME": config})
     report = json.loads(done.stdout)
     assert failed(report) == [] and done.returncode == 0
     ids = [check["id"] for check in report["checks"]]

@@ -24,6 +24,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from stormbuffer.auth.credential import read_token
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
 from tests.helpers import SBUF, Sandbox, link_tree, record_markdown
 
@@ -87,9 +88,18 @@ class Server:
         text = (self.box.project_root / "store.toml").read_text(encoding="utf-8")
         return "project:" + re.search(r'project_id = "([^"]+)"', text).group(1)  # type: ignore[union-attr]
 
-    def client(self, **kwargs: Any) -> httpx2.Client:
-        """A client whose every response is checked against the OpenAPI document."""
-        return httpx2.Client(base_url=self.base_url, timeout=TIMEOUT, trust_env=False,
+    @property
+    def token(self) -> str:
+        """The sandbox user's credential, which the server made on start."""
+        token = read_token(self.box.env)
+        assert token is not None
+        return token
+
+    def client(self, *, token: bool = True, headers: dict[str, str] | None = None, **kwargs: Any) -> httpx2.Client:
+        """A client whose every response is checked against the OpenAPI document; it sends the
+        user's credential unless `token=False`, and `headers`."""
+        headers = {**({"Authorization": f"Bearer {self.token}"} if token else {}), **(headers or {})}
+        return httpx2.Client(base_url=self.base_url, timeout=TIMEOUT, trust_env=False, headers=headers,
                              event_hooks={"response": [self._check]}, **kwargs)  # fmt: skip
 
     def _check(self, response: httpx2.Response) -> None:
@@ -120,11 +130,13 @@ class Server:
         return code
 
 
-def start(box: Sandbox, *args: str, view: str = "--project") -> Server:
-    """`sbuf <view> serve --port 0 <args>` in the sandbox, once it listens."""
+def start(box: Sandbox, *args: str, view: str = "--project", **popen: Any) -> Server:
+    """`sbuf <view> serve --port 0 <args>` in the sandbox, once it listens (`popen`: more arguments
+    of `subprocess.Popen`)."""
     process = subprocess.Popen(
         [str(SBUF), view, "serve", "--port", "0", *args], cwd=box.cwd, env=box.env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+        **popen,
     )  # fmt: skip
     assert process.stderr is not None
     log: list[str] = []

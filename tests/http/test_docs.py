@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import httpx2
+
+from tests.helpers import SBUF
 
 from .conftest import TIMEOUT, Server
 
@@ -38,7 +41,8 @@ def test_the_curl_examples_run(served: Server, client: httpx2.Client, tmp_path: 
     script = "\n".join(f"printf '\\n--- example {index}\\n'\n{block}" for index, block in enumerate(examples))
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script.replace(DOCUMENTED_ADDRESS, served.address)],
-        cwd=tmp_path, env=served.box.env, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        cwd=tmp_path, env=served.box.env_with(PATH=f"{SBUF.parent}{os.pathsep}{os.environ['PATH']}"),
+        capture_output=True, text=True, timeout=TIMEOUT, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     outputs = [part.strip() for part in re.split(r"^--- example \d+\n", done.stdout, flags=re.MULTILINE)[1:]]

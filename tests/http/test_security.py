@@ -58,6 +58,7 @@ def test_a_missing_or_repeated_host_is_refused(served: Server) -> None:
 
 @pytest.mark.parametrize("origin", [
     "http://evil.example", "null", "http://localhost:1", "https://127.0.0.1:{port}", "http://127.0.0.1:{port}.evil",
+    "http://localhost", "http://127.0.0.1", "http://[::1]:{port}", "http://localhost:{port}/", "http://localhost:0{port}",
 ])  # fmt: skip
 def test_a_foreign_origin_cannot_change_anything(served: Server, client: httpx2.Client, origin: str) -> None:
     before = tree_digest(served.box.project_root / "records")
@@ -69,15 +70,19 @@ def test_a_foreign_origin_cannot_change_anything(served: Server, client: httpx2.
     assert client.get("/v1/records", headers=headers).status_code == 200  # a read is not refused, and not shared
 
 
-def test_a_cross_site_fetch_is_refused(served: Server, client: httpx2.Client) -> None:
-    answer = client.post("/v1/records", json=RECORD, headers={"Sec-Fetch-Site": "cross-site"})
-    assert code(answer) == (403, "origin_not_allowed")
+@pytest.mark.parametrize("site", ["cross-site", "same-site", "Same-Site", "unknown"])
+def test_a_cross_site_fetch_is_refused(served: Server, client: httpx2.Client, site: str) -> None:
+    """`same-site` is another port or subdomain of this host: another origin, another site's page."""
+    headers = {"Sec-Fetch-Site": site, "Origin": f"http://127.0.0.1:{served.port}"}
+    assert code(client.post("/v1/records", json=RECORD, headers=headers)) == (403, "origin_not_allowed")
 
 
 def test_the_servers_own_origin_may_write(served: Server, client: httpx2.Client) -> None:
-    for origin in (f"http://127.0.0.1:{served.port}", f"http://localhost:{served.port}"):
+    own = ((f"http://127.0.0.1:{served.port}", "same-origin"), (f"http://localhost:{served.port}", "none"))
+    for origin, site in own:
         body = {**RECORD, "title": f"From {origin}"}
-        assert client.post("/v1/records", json=body, headers={"Origin": origin}).status_code == 201
+        headers = {"Origin": origin, "Sec-Fetch-Site": site}
+        assert client.post("/v1/records", json=body, headers=headers).status_code == 201
 
 
 @pytest.mark.parametrize("content_type", [

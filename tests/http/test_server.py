@@ -83,6 +83,7 @@ def test_a_request_in_flight_is_answered_before_the_server_exits(tmp_path: Path)
     server = start(sandbox_with_stores(tmp_path, None))
     body = b'{"version":1,"query":"anything"}'
     head = (f"POST /v1/invoke/search HTTP/1.1\r\nHost: {server.address}\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {server.token}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
     with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
         conn.sendall(head + body[:5])

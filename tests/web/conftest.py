@@ -5,19 +5,24 @@ Each test saves a screenshot under `build/screenshots/` (the pictures in docs/we
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from stormbuffer.auth.credential import read_token
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.records import Record
 from tests.helpers import SBUF, Sandbox, invoke, link_tree
@@ -46,6 +51,25 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        """The sandbox user's credential (`sbuf auth token`), which the server made on start."""
+        token = read_token(self.box.env)
+        assert token is not None
+        return token
+
+    @property
+    def sign_in_url(self) -> str:
+        """The address `sbuf serve` prints: it sets the session cookie and leads to the inbox."""
+        return f"{self.url}/sign-in?token={self.token}"
+
+    @functools.cached_property
+    def cookie(self) -> str:
+        """The session cookie (`name=value`) the sign-in address sets, as a browser would keep it."""
+        answer = fetch(self, self.sign_in_url.removeprefix(self.url), signed_in=False)
+        assert answer.status == 303, answer
+        return answer.headers["Set-Cookie"].split(";", 1)[0]
 
     def record_file(self, record_id: str) -> Path:
         return self.box.project_root / "records" / f"{record_id}.md"
@@ -82,7 +106,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> I
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/records", timeout=2):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=2):
                 break
         except OSError:
             assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
@@ -108,11 +132,49 @@ def chromium(*, javascript: bool = True) -> WebDriver:
     return driver
 
 
+def sign_in(driver: WebDriver, server: Server) -> None:
+    """Open the address `sbuf serve` printed: the browser keeps the session cookie, not the token."""
+    driver.get(server.sign_in_url)
+    assert driver.current_url == server.url + "/"
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def browser(server: Server) -> Iterator[WebDriver]:
     driver = chromium()
+    sign_in(driver, server)
     yield driver
     driver.quit()
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Message
+    body: str
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def fetch(
+    server: Server,
+    path: str,
+    *,
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    signed_in: bool = True,
+) -> Answer:
+    """One request with urllib, redirects not followed; the session cookie unless `signed_in=False`."""
+    request = urllib.request.Request(server.url + path, data=data, method="POST" if data is not None else "GET")
+    for name, value in {**({"Cookie": server.cookie} if signed_in else {}), **(headers or {})}.items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=10) as answer:
+            return Answer(answer.status, answer.headers, answer.read().decode())
+    except urllib.error.HTTPError as refused:
+        return Answer(refused.code, refused.headers, refused.read().decode())
 
 
 def snapshot(driver: WebDriver, name: str) -> None:

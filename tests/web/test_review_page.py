@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import http.server
 import re
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -18,10 +17,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from .conftest import Server, agent_update, chromium, snapshot
+from .conftest import Server, agent_update, chromium, fetch, sign_in, snapshot
 
 pytestmark = pytest.mark.usefixtures("shot")
 WAIT = 20
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def open_page(browser: WebDriver, server: Server, path: str) -> None:
@@ -224,22 +224,19 @@ def test_a_hostile_record_renders_inert(browser: WebDriver, server: Server, trac
 def test_a_form_post_without_the_csrf_token_is_refused(server: Server) -> None:
     record_id = server.propose("Needs a decision", "A candidate that a forged form tries to approve.")
     form = urllib.parse.urlencode({"one": f"approve:{record_id}"}).encode()
-    request = urllib.request.Request(server.url + "/review/decide", data=form, method="POST")
-    request.add_header("Content-Type", "application/x-www-form-urlencoded")
-    request.add_header("Origin", server.url)  # even from the page's own origin, a form needs the page's token
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(request, timeout=10)
-    assert refused.value.code == 403
+    # even signed in and from the page's own origin, a form needs the page's token
+    answer = fetch(server, "/review/decide", data=form, headers={**FORM, "Origin": server.url})
+    assert answer.status == 403
     assert server.on_disk(record_id).status == "candidate"
 
 
 def test_pages_carry_a_policy_without_inline_scripts(server: Server) -> None:
     for path in ("/", "/search?q=deploy", "/health"):
-        with urllib.request.urlopen(server.url + path, timeout=10) as answer:
-            policy = answer.headers["Content-Security-Policy"]
-            html = answer.read().decode()
+        answer = fetch(server, path)
+        policy = answer.headers["Content-Security-Policy"]
         assert "script-src 'self'" in policy and "unsafe-inline" not in policy
-        assert "<script>" not in html and "onclick" not in html
+        assert "<script>" not in answer.body and "onclick" not in answer.body
+        assert (answer.headers["Cache-Control"], answer.headers["X-Content-Type-Options"]) == ("no-store", "nosniff")
 
 
 def test_narrow_screen_and_health(browser: WebDriver, server: Server) -> None:
@@ -258,6 +255,7 @@ def test_reading_and_deciding_work_without_javascript(server: Server) -> None:
     record_id = server.propose("Works without scripts", "Plain forms and links.")
     driver = chromium(javascript=False)
     try:
+        sign_in(driver, server)
         open_page(driver, server, "/")
         assert driver.switch_to.active_element.tag_name == "body"  # the page's script, which focuses a card, is off
         assert "Plain forms and links." in candidate_card(driver, record_id).text
@@ -269,20 +267,91 @@ def test_reading_and_deciding_work_without_javascript(server: Server) -> None:
     assert server.on_disk(record_id).status == "active"
 
 
+def csrf_token(server: Server) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', fetch(server, "/").body)
+    assert found is not None
+    return found.group(1)
+
+
 def test_a_cross_site_form_is_refused_even_with_the_token(server: Server) -> None:
     record_id = server.propose("Cross-site target", "A candidate another site's form tries to approve.")
-    with urllib.request.urlopen(server.url + "/", timeout=10) as answer:
-        token = re.search(r'name="csrf" value="([^"]+)"', answer.read().decode())
-    assert token is not None
-    form = urllib.parse.urlencode({"csrf": token.group(1), "one": f"approve:{record_id}"}).encode()
-    for origin, path, status in (
-        ("http://attacker.example", "/review/decide", 403),  # another site
-        (server.url, f"/v1/records/{record_id}/approve", 415),  # the JSON API takes no forms
-    ):
-        request = urllib.request.Request(server.url + path, data=form, method="POST")
-        request.add_header("Content-Type", "application/x-www-form-urlencoded")
-        request.add_header("Origin", origin)
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=10)
-        assert refused.value.code == status
+    form = urllib.parse.urlencode({"csrf": csrf_token(server), "one": f"approve:{record_id}"}).encode()
+    port = server.port
+    for headers, path, status in (
+        ({"Origin": "http://attacker.example"}, "/review/decide", 403),  # another site
+        ({"Origin": "http://localhost"}, "/review/decide", 403),  # this host, another port
+        ({"Origin": "http://127.0.0.1"}, "/review/decide", 403),
+        ({"Origin": f"https://127.0.0.1:{port}"}, "/review/decide", 403),  # another scheme
+        ({"Origin": server.url, "Sec-Fetch-Site": "same-site"}, "/review/decide", 403),  # a sibling origin's page
+        ({"Origin": server.url, "Sec-Fetch-Site": "cross-site"}, "/review/decide", 403),
+        ({"Origin": server.url, "Content-Type": "application/json"}, f"/v1/records/{record_id}/approve",
+         401),  # the API takes no cookie
+        ({"Origin": server.url, "Authorization": f"Bearer {server.token}"}, f"/v1/records/{record_id}/approve",
+         415),  # and no forms
+    ):  # fmt: skip
+        answer = fetch(server, path, data=form, headers={**FORM, **headers})
+        assert answer.status == status, (headers, path, answer)
     assert server.on_disk(record_id).status == "candidate"
+    accepted = fetch(server, "/review/decide", data=form, headers={**FORM, "Origin": server.url,
+                                                                  "Sec-Fetch-Site": "same-origin"})  # fmt: skip
+    assert accepted.status == 303
+    assert server.on_disk(record_id).status == "active"
+
+
+def test_without_the_session_every_page_leads_to_sign_in(server: Server) -> None:
+    record_id = server.propose("Private until signed in", "Nothing of this shows before signing in.")
+    for path in ("/", "/search?q=private", "/health", f"/records/{record_id}", f"/records/{record_id}/edit"):
+        answer = fetch(server, path, signed_in=False)
+        assert (answer.status, answer.headers["Location"]) == (303, "/sign-in"), path
+        assert "Private until signed in" not in answer.body
+    page = fetch(server, "/sign-in", signed_in=False)
+    assert page.status == 401 and 'name="csrf"' not in page.body and "Private until" not in page.body
+    assert fetch(server, "/sign-in").headers["Location"] == "/"  # signed in already
+    for cookie in (server.cookie.split("=", 1)[0] + "=forged", "stormbuffer_session_1=" + server.cookie.split("=")[1]):
+        assert fetch(server, "/", signed_in=False, headers={"Cookie": cookie}).status == 303
+    wrong = fetch(server, "/sign-in?token=" + "A" * 43, signed_in=False)
+    assert wrong.status == 401 and "Set-Cookie" not in wrong.headers
+    form = fetch(server, "/review/decide", signed_in=False, data=f"one=approve:{record_id}".encode(),
+                 headers={**FORM, "Origin": server.url})  # fmt: skip
+    assert form.status == 303 and form.headers["Location"] == "/sign-in"
+    assert server.on_disk(record_id).status == "candidate"
+
+
+def test_signing_in_with_the_pasted_token(server: Server) -> None:
+    """A browser without the printed address: the sign-in form takes the token once; the session
+    cookie it sets is HttpOnly and SameSite=Strict, and the address holds no token afterwards."""
+    cookie = fetch(server, server.sign_in_url.removeprefix(server.url), signed_in=False).headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and server.token not in cookie
+    driver = chromium()
+    try:
+        open_page(driver, server, "/")
+        assert driver.current_url == server.url + "/sign-in" and driver.title.startswith("Sign in")
+        driver.find_element(By.ID, "token").send_keys("not-the-token")
+        driver.find_element(By.CSS_SELECTOR, "form.sign-in button").click()
+        WebDriverWait(driver, WAIT).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".error")))
+        driver.find_element(By.ID, "token").send_keys(server.token)
+        driver.find_element(By.CSS_SELECTOR, "form.sign-in button").click()
+        WebDriverWait(driver, WAIT).until(expected_conditions.title_contains("Inbox"))
+        assert driver.current_url == server.url + "/"
+        assert driver.execute_script("return document.cookie") == ""  # HttpOnly: no script reads it
+    finally:
+        driver.quit()
+
+
+def test_a_person_is_the_session_not_the_page(server: Server) -> None:
+    """The same edit form: sent with the session cookie it is a person's edit and is saved as typed;
+    sent with the bearer token it is a program's, and a credential in it is refused."""
+    record_id = server.add("Deploy notes", "How we deploy.")
+    planted = "ghp_" + "Q8w7E6r5T4y3U2i1O0p9A8s7D6f5"
+    bearer = {"Authorization": f"Bearer {server.token}"}
+    for credential, saved in ((bearer, False), ({}, True)):
+        page = fetch(server, f"/records/{record_id}/edit", signed_in=not credential, headers=credential)
+        found = re.findall(r'name="(csrf|etag|status_of)" value="([^"]*)"', page.body)
+        fields = {name: html.unescape(value) for name, value in found}
+        form = urllib.parse.urlencode({**fields, "title": "Deploy notes", "kind": "fact",
+                                       "body": f"Deploy with {planted}."}).encode()  # fmt: skip
+        answer = fetch(server, f"/records/{record_id}/edit", data=form, signed_in=not credential,
+                       headers={**FORM, "Origin": server.url, **credential})  # fmt: skip
+        assert (answer.status, planted in server.on_disk(record_id).body) == ((303, True) if saved else (422, False))
+        if not saved:
+            assert "credential-like material" in answer.body and planted in answer.body  # the draft is kept

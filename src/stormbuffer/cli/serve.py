@@ -1,4 +1,8 @@
-"""`sbuf [view] serve [--bind IP] [--port N]`: the local HTTP API on a loopback address."""
+"""`sbuf [view] serve [--bind IP] [--port N]`: the local HTTP API on a loopback address.
+
+Every request needs the user's credential (`sbuf auth token`, made here on first use). Once the
+server listens, the review page's sign-in address, which carries the credential, is printed on
+standard output (the log on standard error never holds it)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,11 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter("must be an IP address", ctx, param) from None
 
 
-@command("serve", help="Serve the local HTTP API (JSON over loopback HTTP) for the selected store.")
+@command(
+    "serve",
+    help="Serve the local HTTP API (JSON over loopback HTTP) and the review page for the selected store; "
+    "clients send the token `sbuf auth token` prints.",
+)
 @click.option(
     "--bind",
     "address",
@@ -53,17 +61,28 @@ def serve(address: str, port: int) -> None:
             fail(f"could not start server: {exc}")
         except OSError as exc:
             fail(f"could not start server: {exc.strerror or type(exc).__name__}")
+        from ..auth.credential import CredentialError, ensure_token
+
+        try:
+            token = ensure_token(cli.env)
+        except CredentialError as exc:
+            fail(f"could not start server: {exc}")
+        except OSError as exc:
+            fail(f"could not start server: could not create the credential: {exc.strerror or type(exc).__name__}")
         try:
             sock = bind(address, port)
         except OSError as exc:
             fail(
                 f"could not bind local server to {display_address(address, port)}: {exc.strerror or type(exc).__name__}"
             )
+        from ..adapters.http import Credentials
         from ..adapters.http.server import serve as run
 
         log_to_stderr()
         from ..adapters.web import routes
 
-        run(store, sock, routes())
+        credentials = Credentials(token)
+        click.echo(f"Review page: http://{display_address(*sock.getsockname()[:2])}/sign-in?token={token}")
+        run(store, sock, credentials, routes())
     finally:
         freshness.close()

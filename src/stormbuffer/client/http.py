@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +35,22 @@ class HttpExchange:
 class HttpClient(Operations):
     """Posts each request to `<url>/v1/invoke/<operation>` (e.g. `http://127.0.0.1:7342`); use it as a
     context manager, or `close()` it. The server's view decides the store; proxies from the
-    environment are never used (the server is on loopback)."""
+    environment are never used (the server is on loopback).
 
-    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 120.0) -> None:
+    Each request carries `Authorization: Bearer <token>`: `token` when given, else the user's local
+    credential (`sbuf auth token`), read from its file under the configuration directory of `env`
+    (default: this process's environment). Without either, the server answers 401."""
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, token: str | None = None, env: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> None:  # fmt: skip
+        from stormbuffer.auth.credential import read_token
+
         self.url = url.rstrip("/")
-        self._http = httpx2.Client(base_url=self.url, timeout=timeout, trust_env=False)
+        token = token if token is not None else read_token(os.environ if env is None else env)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx2.Client(base_url=self.url, timeout=timeout, trust_env=False, headers=headers)
 
     def __enter__(self) -> HttpClient:
         return self

@@ -12,7 +12,7 @@ through their door, after a few probes of their own, so they run last.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -170,10 +170,10 @@ class Run:
             self._serve_failed = True  # one wait of SERVE_TIMEOUT_S per run, not one per check
             raise
         self._servers.append(served)
-        return self._door(served.url)
+        return self._door(served.url, place.env)
 
-    def _door(self, url: str) -> HttpDoor:
-        door = HttpDoor(url, self.recorder)
+    def _door(self, url: str, env: Mapping[str, str] | None = None) -> HttpDoor:
+        door = HttpDoor(url, self.recorder, env)
         self._http_doors.append(door)
         return door
 

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,14 +127,15 @@ class McpSession:
 
 
 class HttpDoor:
-    """`POST <url>/v1/invoke/<operation>` of one running server."""
+    """`POST <url>/v1/invoke/<operation>` of one running server, with the credential of the user whose
+    environment is `env` (default: this process's)."""
 
-    def __init__(self, url: str, recorder: Recorder) -> None:
+    def __init__(self, url: str, recorder: Recorder, env: Mapping[str, str] | None = None) -> None:
         from stormbuffer.client.http import HttpClient
 
         self.url = url
         self.recorder = recorder
-        self.client = HttpClient(url)
+        self.client = HttpClient(url, env=env)
 
     def close(self) -> None:
         self.client.close()

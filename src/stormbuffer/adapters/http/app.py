@@ -1,8 +1,10 @@
 """The Starlette application: routes, error answers, the loopback guard and one log line per request.
 
-`build_app(store, bound, extra_routes)` is the one way to make it. Extra routes (the review pages)
-are matched after the API's and sit behind the same middleware: the loopback guard, the request
-log and the error mapping apply to every route. A route finds the store through `store_context`.
+`build_app(store, bound, credentials, extra_routes)` is the one way to make it. Extra routes (the
+review pages) are matched after the API's and sit behind the same middleware: the request log (which
+also marks every answer `nosniff` and, outside `/static/`, `no-store`), the loopback guard, the
+credential check and the error mapping apply to every route. A route finds the store through
+`store_context` and its caller through `access.allow`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -19,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import invoke, records, search
+from .access import PUBLIC_PREFIXES, Authenticate, Credentials
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
@@ -52,15 +56,23 @@ def api_routes() -> list[BaseRoute]:
     ]
 
 
-def build_app(store: StoreContext, bound: str, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
-    """The app serving `store` on the loopback address `bound`, with `extra_routes` after the API's."""
+def build_app(
+    store: StoreContext, bound: str, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+) -> Starlette:
+    """The app serving `store` on the loopback address `bound` to holders of `credentials`, with
+    `extra_routes` after the API's."""
     app = Starlette(
         routes=[*api_routes(), *extra_routes],
-        middleware=[Middleware(RequestLog), Middleware(LoopbackGuard, bound=bound)],
+        middleware=[
+            Middleware(RequestLog),
+            Middleware(LoopbackGuard, bound=bound),
+            Middleware(Authenticate, credentials=credentials),
+        ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
     app.router.redirect_slashes = False  # `/v1/records/` is no route, not a redirect to one
     app.state.store = store
+    app.state.credentials = credentials
     return app
 
 
@@ -77,8 +89,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class RequestLog:
-    """Logs `local API request method=… path=… status=…` once per request, and turns any exception a
-    route let through into its error answer (logged by class name, never with a traceback)."""
+    """Logs `local API request method=… path=… status=…` once per request (the path without its query,
+    which may hold the sign-in token), marks every answer, and turns any exception a route let
+    through into its error answer (logged by class name, never with a traceback)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -89,10 +102,16 @@ class RequestLog:
             return
         status = 0
 
+        cacheable = scope["path"].startswith(PUBLIC_PREFIXES)
+
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                headers = MutableHeaders(scope=message)
+                headers["X-Content-Type-Options"] = "nosniff"
+                if not cacheable:
+                    headers["Cache-Control"] = "no-store"
             await send(message)
 
         try:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.requests import Request
 
 from stormbuffer.core.ids import parse_record_id
@@ -17,7 +18,7 @@ from stormbuffer.core.records import ACCESS_REASON, KIND_REASON, SOURCE_KIND_REA
 from stormbuffer.protocol import schemas
 
 from .errors import ApiError, validation_error
-from .security import MAX_BODY_BYTES, TOO_LARGE
+from .security import BODY_TIMEOUT_S, MAX_BODY_BYTES, SLOW_BODY, TOO_LARGE
 from .shapes import RECORD_INPUT
 
 if TYPE_CHECKING:
@@ -38,13 +39,17 @@ _TYPE_NAMES = {"string": "a string", "array": "an array", "object": "an object",
 
 
 async def read(request: Request) -> bytes:
-    """The body, at most `MAX_BODY_BYTES` (413 beyond, whether or not its length was declared)."""
+    """The body, at most `MAX_BODY_BYTES` (413 beyond, whether or not its length was declared), sent
+    within `BODY_TIMEOUT_S` (408 after)."""
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, "payload_too_large", TOO_LARGE)
-        chunks.append(chunk)
+    with anyio.move_on_after(BODY_TIMEOUT_S) as waiting:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, "payload_too_large", TOO_LARGE)
+            chunks.append(chunk)
+    if waiting.cancelled_caught:
+        raise ApiError(408, "request_timeout", SLOW_BODY, {"Connection": "close"})
     return b"".join(chunks)
 
 

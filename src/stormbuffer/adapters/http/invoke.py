@@ -3,7 +3,8 @@
 The body is the request `sbuf invoke <operation>` reads on stdin; the answer's body is exactly the
 line it prints (without the newline), so every door gives the same envelope, receipts included.
 The status mirrors the envelope: 200 for `ok`, otherwise a status for the error code. Reads run
-on the reader threads; everything else waits for its turn as a write.
+on the reader threads; everything else waits for its turn as a write. The protocol's writes run
+its secret guard whoever calls: a bearer token is never a person.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import json
 from starlette.requests import Request
 from starlette.responses import Response
 
+from stormbuffer.auth import PROTOCOL_OPERATIONS
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.protocol.errors import from_core
 from stormbuffer.protocol.invoke import encode, failure, invoke_line
 from stormbuffer.protocol.session import Session
 
 from . import bodies
+from .access import allow
 from .context import store_context
 
 READ_OPERATIONS = frozenset({"search", "context", "get"})
@@ -35,6 +38,7 @@ STATUS = {
 
 async def invoke_operation(request: Request) -> Response:
     operation = request.path_params["operation"]
+    allow(request, PROTOCOL_OPERATIONS.get(operation, "recall"))  # an unknown operation is answered, never run
     data = await bodies.read(request)
     store = store_context(request)
     if operation in READ_OPERATIONS:

@@ -194,8 +194,13 @@ def _document() -> str:
             "license": {"name": "MIT", "identifier": "MIT"},
         },
         "tags": TAGS,
+        "security": [{"localToken": []}],
         "paths": _paths(),
         "components": {
+            "securitySchemes": {
+                "localToken": {"type": "http", "scheme": "bearer",
+                               "description": "The user's local credential, as `sbuf auth token` prints it."},
+            },
             "schemas": components,
             "headers": {
                 "ETag": {"description": "BLAKE3 of the record's canonical Markdown, quoted.",

@@ -1,8 +1,10 @@
 """`/v1/records…`: browse, create and edit records, and move them through their lifecycle.
 
-Records are written as a person writes them (actor `human`): creation goes through the proposal
-path (duplicates and overlaps are detected), edits are compare-and-swap on the file's bytes,
-guarded by the record's ETag.
+Each route asks `allow` first: listing and reading are `get`, creating is `add`, replacing is
+`edit`, and each lifecycle action is itself. Creation goes through the proposal path with the
+activation of a reviewer (the record is active unless it may overlap another; duplicates are
+refused), edits are compare-and-swap on the file's bytes, guarded by the record's ETag. A record a
+program writes (a bearer token, not a person) passes the secret guard first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from stormbuffer.auth import Principal
 from stormbuffer.core.errors import Conflict
 from stormbuffer.core.ids import new_record_id
 from stormbuffer.core.records import Record, Source
@@ -21,6 +24,7 @@ from stormbuffer.protocol import fields
 from stormbuffer.protocol.errors import ProtocolError
 
 from . import bodies
+from .access import allow, guard_write
 from .context import store_context
 from .errors import NO_STORE, PRECONDITION_REQUIRED, REVISION_CONFLICT, ApiError, json_response, validation_error
 
@@ -41,6 +45,7 @@ def record_response(stored: StoredRecord) -> Response:
 
 
 async def list_records(request: Request) -> Response:
+    allow(request, "get")
     params = bodies.query_params(request, {"all": False})
     include_all = bodies.boolean(params, "all")
     store = store_context(request)
@@ -49,10 +54,12 @@ async def list_records(request: Request) -> Response:
 
 
 async def create_record(request: Request) -> Response:
+    caller = allow(request, "add")
     value = await bodies.record_input(request)
     store = store_context(request)
     now = Timestamp.now()
     record = _record(value, new_record_id(), store.scope, now, now)
+    guard_write(caller, record)
     result: ProposalResult = await store.write(store.repository().propose, record, "human")
     headers = (
         {"Location": f"/v1/records/{result.record_id}"} if result.outcome in ("accepted", "possible_overlap") else {}
@@ -61,28 +68,33 @@ async def create_record(request: Request) -> Response:
 
 
 async def get_record(request: Request) -> Response:
+    allow(request, "get")
     record_id = bodies.record_id(request.path_params["id"])
     store = store_context(request)
     return record_response(await store.read(store.repository().find, record_id))
 
 
 async def replace_record(request: Request) -> Response:
+    caller = allow(request, "edit")
     value = await bodies.record_input(request)
     record_id = bodies.record_id(request.path_params["id"])
     expected = request.headers.get("if-match", "").strip()
     if expected in ("", "*"):
         raise ApiError(428, "precondition_required", PRECONDITION_REQUIRED)
     store = store_context(request)
-    return await store.write(_replace, store.repository(), record_id, expected, value)
+    return await store.write(_replace, store.repository(), record_id, expected, value, caller)
 
 
-def _replace(repository: Repository, record_id: str, expected: str, value: dict[str, Any]) -> Response:
+def _replace(
+    repository: Repository, record_id: str, expected: str, value: dict[str, Any], caller: Principal
+) -> Response:
     current = repository.find(record_id)
     if etag(current.data) != expected:
         raise _stale(current.data)
     old = current.record
     now = Timestamp.now()
     replacement = _record(value, old.id, old.scope, old.created_at, later_of(now, old.created_at))
+    guard_write(caller, replacement)
     try:
         written = repository.replace_if_unchanged(current, replacement)
     except Conflict:
@@ -133,6 +145,7 @@ LIFECYCLE_ACTIONS = (*DECISIONS, *TRANSITIONS)
 async def change_lifecycle(request: Request) -> Response:
     """`POST /v1/records/{id}/<action>` for each action of `LIFECYCLE_ACTIONS`."""
     action = request.url.path.rsplit("/", 1)[1]
+    allow(request, action)
     record_id = bodies.record_id(request.path_params["id"])
     store = store_context(request)
     repository = store.repository()

@@ -18,6 +18,7 @@ from stormbuffer.protocol.fields import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTE
 from stormbuffer.protocol.reads import prepare_retrieval
 
 from . import bodies
+from .access import allow
 from .context import StoreContext, store_context
 from .errors import json_response, validation_error
 
@@ -27,6 +28,7 @@ DEGRADED_HEADER = "Stormbuffer-Degraded"  # how many invalid record files a sear
 
 
 async def search_records(request: Request) -> Response:
+    allow(request, "search")
     params = bodies.query_params(request, {"query": True, "limit": False, "all": False})
     query = params["query"]
     if not query.strip():

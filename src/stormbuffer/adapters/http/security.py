@@ -3,21 +3,22 @@
 - DNS rebinding: a request whose `Host` is neither the bound address nor `localhost` (each with or
   without the server's port) is refused (403 `host_not_allowed`).
 - Cross-site requests from a browser: a state-changing request (anything but GET, HEAD, OPTIONS)
-  must not carry an `Origin` other than the server's own (403 `origin_not_allowed`; `Origin: null`
-  and `Sec-Fetch-Site: cross-site` are foreign too) and must say `Content-Type: application/json`
-  (415 `unsupported_media_type`), which a page cannot send to another origin without a CORS
-  preflight that this server never answers. The one exception: a form of the review page (outside
-  `/v1/`) that carries this server's own `Origin`; the page checks its CSRF token as well.
+  may carry only the server's own `Origin`, scheme, host and port exactly (`http://127.0.0.1:7342`
+  or `http://localhost:7342`), and a `Sec-Fetch-Site` of `same-origin` or `none`; anything else,
+  `Origin: null` and `same-site` included, is 403 `origin_not_allowed`. It must say
+  `Content-Type: application/json` (415 `unsupported_media_type`), which a page cannot send to
+  another origin without a CORS preflight that this server never answers. The one exception: a
+  form of the review page (outside `/v1/`) that carries this server's own `Origin`; the page
+  checks its CSRF token as well.
 - A body declared larger than `MAX_BODY_BYTES` is refused before it is read (413); `bodies.read`
-  bounds bodies without a length.
+  bounds bodies without a length, and the time they take.
 
-No CORS headers are ever sent.
+Who the caller is, is checked next (`access.Authenticate`). No CORS headers are ever sent.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,6 +30,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 JSON_TYPE = "application/json"
 FORM_TYPE = "application/x-www-form-urlencoded"
 TOO_LARGE = "request body exceeds the 262144-byte limit"
+BODY_TIMEOUT_S = 10.0
+SLOW_BODY = "the request body did not arrive within 10 seconds"
 
 
 def host_names(bound: str) -> tuple[str, ...]:
@@ -65,9 +68,9 @@ class LoopbackGuard:
         if scope["method"] in SAFE_METHODS:
             return None
         origins = headers.getlist("origin")
-        if origins and (len(origins) > 1 or not _same_origin(origins[0], allowed)):
+        if origins and (len(origins) > 1 or origins[0].lower() not in self._origins(port)):
             return 403, "origin_not_allowed", "cross-origin requests are refused"
-        if headers.get("sec-fetch-site", "").lower() == "cross-site":
+        if headers.get("sec-fetch-site", "none").lower() not in ("same-origin", "none"):
             return 403, "origin_not_allowed", "cross-origin requests are refused"
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         page_form = media_type == FORM_TYPE and bool(origins) and not scope["path"].startswith("/v1/")
@@ -82,7 +85,6 @@ class LoopbackGuard:
         with_port = (f"{name}:{port}" for name in self.names) if port else ()
         return frozenset((*self.names, *with_port))
 
-
-def _same_origin(origin: str, allowed: Iterable[str]) -> bool:
-    scheme, _, host = origin.lower().partition("://")
-    return scheme == "http" and host in allowed
+    def _origins(self, port: int | None) -> frozenset[str]:
+        """This server's own origins: scheme, host and port exactly (a browser leaves out port 80 only)."""
+        return frozenset(f"http://{name}" + ("" if port == 80 else f":{port}") for name in self.names)

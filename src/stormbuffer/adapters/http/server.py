@@ -25,6 +25,7 @@ import uvicorn
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
+    from .access import Credentials
     from .context import StoreContext
 
 GRACE_S = 10.0
@@ -70,19 +71,25 @@ def display_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def serve(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> None:
+def serve(
+    store: StoreContext, sock: socket.socket, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+) -> None:
     """Serve the API on the bound socket until a shutdown signal."""
-    loopback_server(store, sock, extra_routes).run(sockets=[sock])
+    loopback_server(store, sock, credentials, extra_routes).run(sockets=[sock])
 
 
-def loopback_server(store: StoreContext, sock: socket.socket, extra_routes: Sequence[BaseRoute] = ()) -> LoopbackServer:
-    """The server of the app for `store` on the bound socket (`run(sockets=[sock])` serves it; setting
-    `should_exit` stops it, as a signal does)."""
+def loopback_server(
+    store: StoreContext, sock: socket.socket, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+) -> LoopbackServer:
+    """The server of the app for `store` on the bound socket, for holders of `credentials`
+    (`run(sockets=[sock])` serves it; setting `should_exit` stops it, as a signal does)."""
     from .app import build_app
+    from .connections import BoundedH11Protocol, accept_batch
 
-    app = build_app(store, sock.getsockname()[0], extra_routes)
+    app = build_app(store, sock.getsockname()[0], credentials, extra_routes)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
-                            timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False)  # fmt: skip
+                            timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
+                            http=BoundedH11Protocol, ws="none", backlog=accept_batch())  # fmt: skip
     return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
 
 

@@ -1,8 +1,11 @@
 """The review page's routes: pages read on worker threads, forms that change records through the core.
 
-Every page carries a Content-Security-Policy without inline scripts; every form carries the server's
-CSRF token, and a state-changing request without it is refused (the HTTP app's Host and Origin
-checks apply as well). Record text is untrusted: templates escape it, and Markdown renders inert.
+Only a signed-in person (or a holder of the token) gets past the HTTP app's credential check; the
+sign-in page sets the session cookie. Each route asks `allow` for its operation first. Every page
+carries a Content-Security-Policy without inline scripts; every form carries the server's CSRF
+token as its first field, checked before the rest of the body is parsed, and the body is read
+through the API's size and time bounds (the HTTP app's Host and Origin checks apply as well).
+Record text is untrusted: templates escape it, and Markdown renders inert.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from stormbuffer.auth import Principal
+from stormbuffer.auth.credential import same_token
 from stormbuffer.core.errors import Conflict, InvalidInput, MutationBusy, NotFound, StormbufferError
 from stormbuffer.core.ids import parse_record_id
 from stormbuffer.core.records import KINDS, STATUSES
@@ -31,7 +36,9 @@ from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import StorePaths, View, global_store
 from stormbuffer.core.timestamps import Timestamp, later_of
 
-from ..http import store_context
+from ..http import Credentials, bodies, store_context
+from ..http.access import SIGN_IN, allow, guard_write
+from ..http.errors import ApiError
 from ..http.records import etag
 from . import pages
 from .render import markdown, side_by_side
@@ -49,6 +56,7 @@ NOTICES = {  # fixed texts for the message after a form: nothing the request car
     "saved": "Saved.",
     "none": "Nothing was selected.",
 }
+MAX_FIELDS = 1000  # a bulk decision ticks at most this many candidates
 DECISIONS = {"approve": "approved", "reject": "rejected", "archive": "archived", "restore": "restored"}
 
 
@@ -108,12 +116,52 @@ class Review:
         return self.page(request, "problem.html", status=status, message=message)
 
     async def form(self, request: Request) -> FormData | None:
-        """The posted form, or None when its CSRF token is missing or wrong."""
-        form = await request.form()
-        token = form.get("csrf")
-        if not isinstance(token, str) or not hmac.compare_digest(token, self.csrf):
+        """The posted form, or None when its first field is not this server's CSRF token; the body is
+        read through the API's bounds (413, 408) and parsed only once the token matched."""
+        data = await bodies.read(request)
+        first, _, rest = data.partition(b"&")
+        if not hmac.compare_digest(first, b"csrf=" + self.csrf.encode("ascii")):
             return None
-        return form
+        return _parsed(rest)
+
+    def allowed(self, request: Request, operation: str) -> Principal | None:
+        """The caller when it may run `operation` here, else None (the page says so)."""
+        try:
+            return allow(request, operation)
+        except ApiError:
+            return None
+
+    def sign_in_page(self, status: int, message: str = "") -> HTMLResponse:
+        body = self.templates.get_template("sign-in.html").render(message=message)
+        response = HTMLResponse(body, status_code=status)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["Referrer-Policy"] = "same-origin"  # "no-referrer" would make its form's Origin null
+        return response
+
+    def signed_in(self, request: Request, token: str) -> Response:
+        """Into the inbox with the session cookie when `token` is the user's; the sign-in page otherwise."""
+        credentials: Credentials = request.app.state.credentials
+        if not same_token(token, credentials.token):
+            return self.sign_in_page(401, "That is not the token of this server's user.")
+        response = RedirectResponse("/", status_code=303)
+        port = request.scope["server"][1] if request.scope.get("server") else None
+        response.set_cookie(credentials.cookie_name(port), credentials.session, httponly=True, samesite="strict",
+                            path="/")  # fmt: skip
+        return response
+
+    # ---- signing in -------------------------------------------------------------------------------
+
+    async def sign_in_form(self, request: Request) -> Response:
+        token = request.query_params.get("token")
+        if token is not None:
+            return self.signed_in(request, token)
+        if request.state.principal is not None:  # signed in already
+            return RedirectResponse("/", status_code=303)
+        return self.sign_in_page(401)
+
+    async def sign_in(self, request: Request) -> Response:
+        token = _parsed(await bodies.read(request)).get("token")
+        return self.signed_in(request, token if isinstance(token, str) else "")
 
     @staticmethod
     def back(path: str, shown: Shown, done: str) -> RedirectResponse:
@@ -136,7 +184,12 @@ class Review:
 
     # ---- pages ------------------------------------------------------------------------------------
 
+    def refused(self, request: Request) -> HTMLResponse:
+        return self.problem(request, 403, "Your credential does not allow this.")
+
     async def inbox(self, request: Request) -> Response:
+        if self.allowed(request, "get") is None:
+            return self.refused(request)
         shown = self.shown(request)
         items = await self.guarded(request, lambda: pages.inbox(shown.paths), write=False)
         if isinstance(items, Response):
@@ -154,6 +207,8 @@ class Review:
             ids = [chosen]
         else:
             action, ids = str(form.get("action", "")), [str(value) for value in form.getlist("id")]
+        if action in DECISIONS and self.allowed(request, action) is None:
+            return self.refused(request)
         if action not in ("approve", "reject"):
             return self.problem(request, 422, "Choose approve or reject.")
         if not ids:
@@ -178,6 +233,8 @@ class Review:
         return self.back("/", shown, DECISIONS[action])
 
     async def search(self, request: Request) -> Response:
+        if self.allowed(request, "search") is None:
+            return self.refused(request)
         shown = self.shown(request)
         params = request.query_params
         try:
@@ -198,6 +255,8 @@ class Review:
         return self.page(request, "search.html", shown=shown, found=found)
 
     async def record(self, request: Request) -> Response:
+        if self.allowed(request, "get") is None:
+            return self.refused(request)
         shown = self.shown(request)
         record_id = self.record_id(request)
         if record_id is None:
@@ -214,6 +273,8 @@ class Review:
         shown, record_id, action = self.shown(request), self.record_id(request), str(form.get("action", ""))
         if record_id is None or action not in DECISIONS:
             return self.problem(request, 422, "Choose approve, reject, archive or restore.")
+        if self.allowed(request, action) is None:
+            return self.refused(request)
 
         def change() -> str | None:
             repository = Repository(shown.paths)
@@ -231,6 +292,8 @@ class Review:
         return self.back(f"/records/{record_id}", shown, DECISIONS[action])
 
     async def edit_form(self, request: Request) -> Response:
+        if self.allowed(request, "edit") is None:
+            return self.refused(request)
         shown, record_id = self.shown(request), self.record_id(request)
         if record_id is None:
             return self.problem(request, 404, "That is not a memory id.")
@@ -248,6 +311,9 @@ class Review:
         form = await self.form(request)
         if form is None:
             return self.problem(request, 403, "This form has expired; reload the page and try again.")
+        caller = self.allowed(request, "edit")
+        if caller is None:
+            return self.refused(request)
         shown, record_id = self.shown(request), self.record_id(request)
         if record_id is None:
             return self.problem(request, 404, "That is not a memory id.")
@@ -272,6 +338,7 @@ class Review:
                 body=draft["body"],
                 updated_at=later_of(Timestamp.now(), current.record.created_at),
             )
+            guard_write(caller, edited)  # a person's edit passes; a token holder's is checked
             repository.replace_if_unchanged(current, edited)
             return None
 
@@ -291,6 +358,8 @@ class Review:
             return keep_draft(409, "The memory changed while you were saving; reload it to compare.")
         except StormbufferError as exc:
             return keep_draft(422, str(exc))
+        except ApiError as exc:
+            return keep_draft(exc.status, exc.message)
         return answer or self.back(f"/records/{record_id}", shown, "saved")
 
     def conflict(self, request: Request, shown: Shown, current: Any, draft: dict[str, str]) -> Response:
@@ -311,6 +380,8 @@ class Review:
         )
 
     async def health(self, request: Request) -> Response:
+        if self.allowed(request, "get") is None:
+            return self.refused(request)
         shown = self.shown(request)
         context = store_context(request)
         prefix = "sbuf --global" if shown.name == "global" else f"sbuf --{context.view.value}"
@@ -327,10 +398,24 @@ class Review:
             return None
 
 
+def _parsed(data: bytes) -> FormData:
+    """An `application/x-www-form-urlencoded` body, already bounded by `bodies.read`."""
+    try:
+        text = data.decode("utf-8")
+        pairs: list[tuple[str, str | UploadFile]] = [
+            *parse_qsl(text, keep_blank_values=True, strict_parsing=False, max_num_fields=MAX_FIELDS)
+        ]
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "invalid_form", "the form is not valid") from None
+    return FormData(pairs)
+
+
 def routes() -> list[BaseRoute]:
     """The review page's routes, to mount at the root of the local HTTP app."""
     review = Review()
     return [
+        Route(SIGN_IN, review.sign_in_form, methods=["GET"]),
+        Route(SIGN_IN, review.sign_in, methods=["POST"]),
         Route("/", review.inbox, methods=["GET"]),
         Route("/review/decide", review.decide, methods=["POST"]),
         Route("/search", review.search, methods=["GET"]),
