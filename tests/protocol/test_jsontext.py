@@ -92,3 +92,10 @@ def test_the_scan_agrees_with_the_parsed_depth(value: object) -> None:
 
     for limit in (0, 1, 2, 3, 5):
         assert too_deep(json.dumps(value), limit) == (depth(value) > limit)
+
+
+def test_depth_carries_across_the_scan_s_chunks() -> None:
+    wide = "[1]," * 40_000  # 80,000 brackets: the nesting below spans more than one chunk of the scan
+    assert not too_deep("[" * 60 + wide + "1" + "]" * 60)
+    assert too_deep("[" * 60 + wide + "[" * 5 + "1" + "]" * 65)
+    assert not too_deep("[" * 60 + wide + "[" * 4 + "1" + "]" * 64)

@@ -3,8 +3,9 @@
 Python's `json` recurses once per nested array or object, so a line of `[` × 200,000 raises
 `RecursionError` rather than `ValueError`, and a value nested just below the interpreter's limit
 exhausts the stack of whatever walks it next (a validator, an encoder). `loads` refuses text nested
-deeper than `MAX_DEPTH` before parsing it (a scan at C speed, skipped when the text opens fewer
-arrays and objects than that), and every failure, that one included, is a `ValueError`. Standard
+deeper than `MAX_DEPTH` before parsing it (a scan of its brackets outside strings, skipped when the
+text opens fewer arrays and objects than that, and stopping at the first excess), and every
+failure, that one included, is a `ValueError`. Standard
 library only: the daemon's relay uses it.
 """
 
@@ -22,7 +23,9 @@ TOO_DEEP = f"arrays and objects are nested more than {MAX_DEPTH} levels deep"
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
-_OPEN_TWO_CLOSE_ZERO = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_AS_SQUARE = bytes.maketrans(b"{}", b"[]")
+_OPEN_TWO_CLOSE_ZERO = bytes.maketrans(b"[]", b"\x02\x00")
+_CHUNK = 65536
 
 
 class TooDeep(ValueError):
@@ -40,9 +43,15 @@ def too_deep(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     if data.count(b"[") + data.count(b"{") <= limit:
         return False
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS).translate(_OPEN_TWO_CLOSE_ZERO)
-    # After the n-th bracket the depth is (2 × opened so far) − n: the running sum minus the count.
-    return max(map(operator.sub, accumulate(brackets), count(1)), default=0) > limit
+    brackets = _STRING.sub(b"", data).translate(_AS_SQUARE, _NOT_BRACKETS)
+    depth = 0  # chunk by chunk, so that deep text is refused at its first excess
+    for start in range(0, len(brackets), _CHUNK):
+        chunk = brackets[start : start + _CHUNK].translate(_OPEN_TWO_CLOSE_ZERO)
+        # After the n-th bracket of a chunk its depth is (2 × opened so far) − n, on top of `depth`.
+        if depth + max(map(operator.sub, accumulate(chunk), count(1))) > limit:
+            return True
+        depth += sum(chunk) - len(chunk)
+    return False
 
 
 def loads(text: str | bytes, *, parse_constant: Callable[[str], Any] | None = None) -> Any:
