@@ -131,6 +131,7 @@ near_valid = st.fixed_dictionaries(
 )
 requests = near_valid | values
 
+
 def nested(depth: int, opener: str, inside: str) -> bytes:
     """A request whose `query` nests `depth` arrays or objects (closed, or cut off as a stream may be)."""
     closer = "]" if opener == "[" else "}"
