@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -99,7 +100,13 @@ def test_another_user_reads_nothing_of_the_stores_or_the_cache_whatever_the_umas
     ok(sbuf(box, "--project", "add", "--title", "Vault", "--body", f"The password is {SECRET}.", umask=0))
     ok(sbuf(box, "add", "--title", "Global vault", "--body", f"Also {SECRET}.", umask=0))
     ok(sbuf(box, "--project", "search", "password", umask=0))
+    ok(sbuf(box, "--project", "invoke", "search", input='{"version": 1, "query": "password"}', umask=0))
+    deadline = time.monotonic() + 30  # the call starts a daemon (with its log) for the next one
+    while sbuf(box, "daemon", "status").returncode != 0:
+        assert time.monotonic() < deadline, "no daemon started"
+        time.sleep(0.1)
     ok(sbuf(box, "daemon", "stop"))
+    assert (box.base / "cache" / "stormbuffer" / "run" / "daemon.log").is_file()
     stores = [box.global_root, box.project_root, box.base / "cache" / "stormbuffer"]
     for root in stores:
         assert stat.S_IMODE(root.stat().st_mode) == 0o700, root

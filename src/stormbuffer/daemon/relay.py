@@ -139,7 +139,7 @@ def spawn(place: Runtime, env: Mapping[str, str]) -> None:
     runtime directory. Of two started at once, one serves and the other exits."""
     import subprocess
 
-    with open(place.log, "ab") as log:
+    with open(os.open(place.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         subprocess.Popen(
             [sys.executable, "-m", "stormbuffer.daemon"],
             env=dict(env),
