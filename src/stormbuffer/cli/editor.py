@@ -151,8 +151,15 @@ def _keep(data: bytes, env: Mapping[str, str]) -> Path | None:
 
 
 def _write_temp(data: bytes) -> Path:
-    fd, name = tempfile.mkstemp(prefix="stormbuffer-edit-", suffix=".md")  # private, a new name
-    path = Path(name)
+    """A new private file `stormbuffer-edit-<pid>-<nanoseconds>.md` in the temp directory holding `data`
+    (never a file or link someone made first: another name is tried)."""
+    while True:
+        path = Path(tempfile.gettempdir()) / f"stormbuffer-edit-{os.getpid()}-{time.time_ns()}.md"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+        except FileExistsError:
+            continue
+        break
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
