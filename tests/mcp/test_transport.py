@@ -1,5 +1,6 @@
 """Every request sent to the real `stormbuffer-mcp` gets exactly one answer: arbitrary strings
-(unpaired surrogate escapes included), lines that are not JSON-RPC, and lines over the message bound.
+(unpaired surrogate escapes included), lines that are not JSON-RPC, arguments nested up to and far
+past the nesting bound, and lines over the message bound.
 
 One server process serves the whole module; each example sends one request and reads one answer.
 """
@@ -13,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
+from stormbuffer.protocol.jsontext import MAX_DEPTH
 from tests.helpers import Sandbox, link_tree
 from tests.mcp.conftest import ACTIVE_ID, SOURCE, RawServer, Store, request
 
@@ -91,6 +93,28 @@ def test_every_tool_call_with_arbitrary_strings_is_answered_once(
     fields = {"memory_recall": "query", "memory_get": "id", "memory_remember": "title", "memory_update": "id"}
     arguments = {**extra, fields.get(tool, "id"): text}
     answer_to(server, call_line(tool, arguments))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tool=st.sampled_from(["memory_recall", "memory_get", "memory_remember"]),
+    depth=st.integers(1, MAX_DEPTH + 2) | st.integers(MAX_DEPTH, 300_000),
+    opener=st.sampled_from(["[", '{"a": ']),
+)
+@example(tool="memory_recall", depth=MAX_DEPTH - 3, opener="[")
+@example(tool="memory_recall", depth=MAX_DEPTH - 2, opener="[")
+def test_every_tool_call_with_deeply_nested_arguments_is_answered_once(
+    server: RawServer, tool: str, depth: int, opener: str
+) -> None:
+    closer = "]" if opener == "[" else "}"
+    value = opener * depth + "1" + closer * depth
+    line = call_line(tool, {"query": "release", "id": ACTIVE_ID, "extra": None}).replace("null", value, 1)
+    answer = answer_to(server, line)
+    too_deep = depth + 3 > MAX_DEPTH  # the message, its params and the arguments are three levels more
+    parse_error = "error" in answer and answer["error"]["code"] == -32700
+    assert parse_error == too_deep, answer
+    if too_deep:
+        assert f"more than {MAX_DEPTH} levels" in answer["error"]["message"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,7 +1,8 @@
 """Fuzzing every operation: whatever arrives, exactly one valid envelope comes back.
 
 Requests are arbitrary JSON (wrong types, nulls, huge and non-ASCII strings, nested junk, path-like
-keys, secrets), near-valid requests, and raw bytes (two objects, binary, truncated text). For each:
+keys, secrets), near-valid requests, and raw bytes (two objects, binary, truncated text, arrays and
+objects nested up to and far past the nesting bound). For each:
 the envelope validates against schema/v1, no traceback, host path or planted secret appears in it,
 and the canonical files change only when a write reports success. Many cases run through `handle`
 in this process; fewer through real `sbuf invoke` processes, which also check the single line, the
@@ -23,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stormbuffer.protocol.invoke import OPERATIONS, encode, handle, validate_envelope
+from stormbuffer.protocol.jsontext import MAX_DEPTH
 from tests.helpers import SBUF, tree_digest
 from tests.protocol.conftest import BACKUP_ID, CANDIDATE_ID, LOCKFILE_ID, PROJECT_SCOPE, Store, make_store
 
@@ -128,8 +130,24 @@ near_valid = st.fixed_dictionaries(
     },
 )
 requests = near_valid | values
+
+
+def nested(depth: int, opener: str, inside: str) -> bytes:
+    """A request whose `query` nests `depth` arrays or objects (closed, or cut off as a stream may be)."""
+    closer = "]" if opener == "[" else "}"
+    return ('{"version": 1, "query": ' + opener * depth + inside + closer * depth + "}").encode()
+
+
+deeply_nested = st.builds(
+    nested,
+    st.integers(1, MAX_DEPTH + 2) | st.integers(MAX_DEPTH, 120_000),
+    st.sampled_from(["[", '{"a": ']),
+    st.sampled_from(["1", "", '"tar archive"']),
+)
 raw_inputs = st.one_of(
     st.binary(max_size=200),
+    deeply_nested,
+    st.integers(MAX_DEPTH, 200_000).map(lambda depth: b"[" * depth),
     requests.map(lambda value: json.dumps(value).encode() + b" {}"),
     requests.map(lambda value: json.dumps(value).encode()[:-1]),
     requests.map(lambda value: json.dumps(value, ensure_ascii=False).encode("utf-16")),
@@ -240,3 +258,12 @@ def test_oversized_input_is_refused_before_parsing(fuzz_store: Store) -> None:
         "message": "request exceeds the bounded input limit",
     }
     assert canonical_files(fuzz_store) == before
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 900, 200_000])
+def test_nesting_past_the_bound_is_invalid_json_like_any_parse_error(
+    fuzz_store: Store, operation: str, depth: int
+) -> None:
+    envelope = handle(operation, nested(depth, "[", "1"), fuzz_store.session())
+    assert envelope["error"] == {"code": "invalid_json", "message": "stdin must contain one JSON object"}

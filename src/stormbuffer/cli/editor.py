@@ -8,6 +8,7 @@ as a draft (`drafts_dir`).
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -21,7 +22,8 @@ from typing import TypeVar
 import click
 
 from ..core.codec import parse_markdown, render_markdown
-from ..core.errors import RecordError, StormbufferError
+from ..core.dirs import PRIVATE_FILE_MODE, claim_private, make_private
+from ..core.errors import RecordError, StoreError, StormbufferError
 from ..core.records import Record, validate
 
 EDITOR_CONTEXT = "<editor>"
@@ -81,9 +83,23 @@ def review_draft(draft: Record, env: Mapping[str, str], save: Callable[[Record],
 
 
 def drafts_dir(env: Mapping[str, str]) -> Path:
-    """Where kept drafts go: `$XDG_STATE_HOME/stormbuffer/drafts` (default `~/.local/state/...`)."""
+    """Where kept drafts go: `$XDG_STATE_HOME/stormbuffer/drafts` (default `~/.local/state/...`);
+    without a home, `stormbuffer-<uid>/drafts` in the temp directory."""
     state = env.get("XDG_STATE_HOME") or (str(Path(env["HOME"], ".local", "state")) if env.get("HOME") else None)
-    return Path(state or tempfile.gettempdir(), "stormbuffer", "drafts")
+    if state:
+        return Path(state, "stormbuffer", "drafts")
+    return Path(tempfile.gettempdir(), f"stormbuffer-{os.geteuid()}", "drafts")
+
+
+def _private_drafts_dir(env: Mapping[str, str]) -> Path:
+    """`drafts_dir`, created private; in the temp directory, where anyone could have made it first,
+    its parent must be this user's private directory (StoreError otherwise)."""
+    directory = drafts_dir(env)
+    if env.get("XDG_STATE_HOME") or env.get("HOME"):
+        make_private(directory.parent)
+    else:
+        claim_private(directory.parent, "temporary drafts directory", "HOME or XDG_STATE_HOME")
+    return make_private(directory)
 
 
 def _run_editor(editor: str, path: Path, env: Mapping[str, str], original: bytes) -> bytes:
@@ -112,21 +128,38 @@ def _reopen(problem: str) -> bool:
         return False
 
 
-def _keep(data: bytes, env: Mapping[str, str]) -> Path:
-    """Save typed text as a private draft file and say where it is."""
-    directory = drafts_dir(env)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = directory / f"draft-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.md"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+def _keep(data: bytes, env: Mapping[str, str]) -> Path | None:
+    """Save typed text as a new private draft file and say where it is (or why it could not be kept)."""
+    try:
+        directory = _private_drafts_dir(env)
+        stem = f"draft-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        for attempt in itertools.count():
+            path = directory / (f"{stem}.md" if attempt == 0 else f"{stem}-{attempt}.md")
+            try:  # a new file only: never one that exists, nor a link
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+            except FileExistsError:
+                continue
+            break
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except (StoreError, OSError) as exc:
+        reason = str(exc) if isinstance(exc, StoreError) else exc.strerror or type(exc).__name__
+        click.echo(f"Your text could not be kept as a draft: {reason}", err=True)
+        return None
     click.echo(f"Your text was kept in {path}", err=True)
     return path
 
 
 def _write_temp(data: bytes) -> Path:
-    path = Path(tempfile.gettempdir()) / f"stormbuffer-edit-{os.getpid()}-{time.time_ns()}.md"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """A new private file `stormbuffer-edit-<pid>-<nanoseconds>.md` in the temp directory holding `data`
+    (never a file or link someone made first: another name is tried)."""
+    while True:
+        path = Path(tempfile.gettempdir()) / f"stormbuffer-edit-{os.getpid()}-{time.time_ns()}.md"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+        except FileExistsError:
+            continue
+        break
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

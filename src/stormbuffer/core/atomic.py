@@ -1,10 +1,15 @@
-"""Crash-safe file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Crash-safe file writes: temp file in the same directory, fsync, rename, fsync the directory.
+
+Every file written here is private (0600, whatever the umask), so it may hold a store's records.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
+
+from .dirs import PRIVATE_FILE_MODE
 
 TEMP_SUFFIX = ".tmp"
 
@@ -19,7 +24,7 @@ def write_temp(path: Path, data: bytes) -> Path:
     for attempt in range(1000):
         temp = temp_path_for(path, attempt)
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
         except FileExistsError:
             continue
         break

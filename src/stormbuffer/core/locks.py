@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from .dirs import PRIVATE_FILE_MODE, make_private
+
 LOCK_WAIT_ENV = "STORMBUFFER_LOCK_WAIT"
 DEFAULT_LOCK_WAIT_S = 5.0
 MAX_LOCK_WAIT_S = 3600.0
@@ -43,8 +45,8 @@ def lock_wait_from(env: Mapping[str, str], given: float | None = None) -> float:
 @contextmanager
 def exclusive_lock(path: Path, *, wait: float = 0.0) -> Iterator[None]:
     """Hold an exclusive lock on `path` (created if missing); wait up to `wait` seconds for it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    make_private(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -3,12 +3,18 @@
 The global store lives under the platform data directory; a project store is the nearest
 ancestor `.sbuf/` directory. Views select stores: `global` (default), `project` (project plus the
 initialized global store) and `local` (project only, never the global store).
+
+A store is private on disk (see `dirs`): `sbuf init` creates its directories 0700 and tightens
+those of an existing store to it. The store directory and its `records/` and `locks/` must be real
+directories: a symbolic link there is refused, so no write lands outside the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -17,7 +23,7 @@ from pathlib import Path
 
 from .atomic import write_atomic
 from .codec import toml_string
-from .dirs import PlatformDirs
+from .dirs import PlatformDirs, claim_private, is_private, make_private
 from .errors import MutationBusy, NotInitialized, StoreError
 from .ids import is_canonical_uuid, new_record_id
 from .locks import LockBusy, exclusive_lock
@@ -110,21 +116,26 @@ class StorePaths:
 def _writable_or_fallback(cache_dir: Path, root: Path) -> Path:
     """The cache directory, or a private temp directory when the cache cannot be written."""
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        make_private(cache_dir)
         probe = cache_dir / f".write-probe-{os.getpid()}"
         probe.touch()
         probe.unlink()
         return cache_dir
     except PermissionError:
-        fallback = fallback_index_dir(root)
-        fallback.mkdir(mode=0o700, exist_ok=True)
-        return fallback
+        return claim_private(fallback_index_dir(root), "temporary projection directory", "XDG_CACHE_HOME")
 
 
 def fallback_index_dir(root: Path) -> Path:
-    """Where the global projection goes when the cache cannot be written (computed, not created)."""
+    """Where the global projection goes when the cache cannot be written (computed, not created).
+    Its name can be guessed, so it is used only when it is this user's own private directory."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:32]
     return Path(tempfile.gettempdir()) / f"stormbuffer-projection-{digest}"
+
+
+def trusted_fallback_index_dir(root: Path) -> Path | None:
+    """`fallback_index_dir` when it exists as this user's private directory (nothing is created)."""
+    directory = fallback_index_dir(root)
+    return directory if is_private(directory) else None
 
 
 def find_project_root(cwd: Path) -> Path:
@@ -137,12 +148,32 @@ def find_project_root(cwd: Path) -> Path:
 
 
 def resolve_store(view: View, cwd: Path, dirs: PlatformDirs) -> StorePaths:
+    """The store a view selects; raises StoreError when its directories are symbolic links."""
     cache_dir = dirs.shared_cache
     if view is View.GLOBAL:
-        return StorePaths("global", dirs.data / "stormbuffer", cache_dir)
-    if not cwd.is_dir():
+        paths = StorePaths("global", dirs.data / "stormbuffer", cache_dir)
+    elif not cwd.is_dir():
         raise StoreError("the current working directory is not available")
-    return StorePaths("project", find_project_root(cwd), cache_dir)
+    else:
+        paths = StorePaths("project", find_project_root(cwd), cache_dir)
+    refuse_links(paths)
+    return paths
+
+
+def refuse_links(paths: StorePaths) -> None:
+    """Raise StoreError when the store directory, `records/` or `locks/` is a symbolic link (the
+    directories above the store may be links)."""
+    names = {paths.root: "store directory", paths.records: "records directory", paths.locks: "locks directory"}
+    for directory, what in names.items():
+        try:
+            link = stat.S_ISLNK(directory.lstat().st_mode)
+        except OSError:  # missing (not initialized yet) or unreadable: the operation reports it
+            continue
+        if link:
+            raise StoreError(
+                f"the {paths.kind} store's {what} is a symbolic link; Stormbuffer follows no link into or "
+                "inside a store: replace it with a real directory"
+            )
 
 
 def global_store(dirs: PlatformDirs) -> StorePaths:
@@ -255,7 +286,11 @@ def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
         raise StoreError("shared stores require project scope")
     if shared and paths.gitignore.is_file() and not paths.config_file.exists():
         check_shared_ignore_rules(paths.gitignore.read_text(encoding="utf-8"))
-    paths.records.mkdir(parents=True, exist_ok=True)
+    refuse_links(paths)
+    make_private(paths.root)
+    make_private(paths.records)
+    make_private(paths.locks)
+    tighten(paths)
     try:
         with exclusive_lock(paths.mutation_lock):
             created = False
@@ -274,6 +309,20 @@ def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
             return created
     except LockBusy:
         raise MutationBusy() from None
+
+
+def tighten(paths: StorePaths) -> None:
+    """Close the store's own directories and the cache to other users (made before stores were
+    private, or checked out by git); files inside need no change once their directories are closed."""
+    for directory in (paths.root, paths.records, paths.locks, paths.cache_dir):
+        try:
+            info = directory.lstat()
+        except FileNotFoundError:  # no cache yet
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISDIR(info.st_mode) and mode & 0o077:
+            with contextlib.suppress(PermissionError):  # another user's directory: left as it is
+                directory.chmod(mode & 0o700)
 
 
 def _ensure_gitignore(paths: StorePaths, shared: bool) -> None:

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from .stores import StorePaths, fallback_index_dir
+from .stores import StorePaths, trusted_fallback_index_dir
 
 PROJECTION_LOCK = "projection.lock"
 
@@ -39,8 +39,10 @@ def canonical_bytes(paths: StorePaths) -> int:
 
 def projection_files(paths: StorePaths) -> list[Path]:
     """The existing regular files of the store's projection: in the root for a project store, in the
-    shared cache (or its temp-directory fallback) for the global store."""
-    directories = [paths.root] if paths.kind == "project" else [paths.cache_dir, fallback_index_dir(paths.root)]
+    shared cache (or its temp-directory fallback, when it is this user's private directory) for the
+    global store."""
+    fallback = trusted_fallback_index_dir(paths.root)
+    directories = [paths.root] if paths.kind == "project" else [paths.cache_dir, *([fallback] if fallback else [])]
     found = []
     for directory in directories:
         if not directory.is_dir():

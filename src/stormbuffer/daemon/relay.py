@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from stormbuffer.protocol.jsontext import loads
+
 from .runtime import (
     MAX_HELLO_BYTES,
     MAX_HUMAN_PAYLOAD,
@@ -113,7 +115,7 @@ def _greet(place: Runtime, message: Mapping[str, Any]) -> Connection | None:
         sock.sendall(encode_line(message))
         connection = Connection(sock, {})
         line = connection.reader.readline(MAX_HELLO_BYTES)
-        reply = json.loads(line) if line.endswith(b"\n") else None
+        reply = loads(line) if line.endswith(b"\n") else None
         if not isinstance(reply, dict):
             connection.close()
             return None
@@ -137,7 +139,7 @@ def spawn(place: Runtime, env: Mapping[str, str]) -> None:
     runtime directory. Of two started at once, one serves and the other exits."""
     import subprocess
 
-    with open(place.log, "ab") as log:
+    with open(os.open(place.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         subprocess.Popen(
             [sys.executable, "-m", "stormbuffer.daemon"],
             env=dict(env),
@@ -227,7 +229,7 @@ def invoke(operation: str, view: str, data: bytes, env: Mapping[str, str]) -> tu
             raise Unreachable()
         try:
             connection.sock.sendall(data)
-            answer = json.loads(connection.reader.read())
+            answer = loads(connection.reader.read())
             return str(answer["line"]), bool(answer["ok"]), [str(problem) for problem in answer["problems"]]
         except (OSError, ValueError, KeyError, TypeError):  # the request was sent: it must not run twice
             from stormbuffer.protocol.invoke import encode, failure
@@ -251,7 +253,7 @@ def human(operation: str, view: str, payload: bytes, env: Mapping[str, str]) -> 
             raise Unreachable()
         try:
             connection.sock.sendall(payload)
-            reply = json.loads(connection.reader.readline())
+            reply = loads(connection.reader.readline())
         except (OSError, ValueError):
             reply = None
         return reply if isinstance(reply, dict) else {"ok": False, "failure": "stopped"}
@@ -294,7 +296,7 @@ class Requests:
 
 def _message(line: bytes) -> dict[str, Any] | None:
     try:
-        message = json.loads(line)
+        message = loads(line)
     except ValueError:
         return None
     return message if isinstance(message, dict) else None

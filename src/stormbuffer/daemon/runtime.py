@@ -79,8 +79,9 @@ def runtime(env: Mapping[str, str], *, create: bool = False) -> Runtime | None:
     if len(os.fsencode(found.socket)) > MAX_SOCKET_PATH:
         return None
     try:
-        if create:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create:  # its parent too: in the cache, that is Stormbuffer's private cache directory
+            directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700, exist_ok=True)
         info = directory.lstat()
     except OSError:
         return None

@@ -19,9 +19,9 @@ listening at once, finishes its open sessions, then exits).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
-import json
 import logging
 import os
 import signal
@@ -38,6 +38,7 @@ import anyio
 import anyio.to_thread
 
 from stormbuffer import __version__
+from stormbuffer.protocol.jsontext import loads
 
 from .runtime import (
     MAX_HELLO_BYTES,
@@ -53,7 +54,8 @@ from .runtime import (
 )
 
 MAX_CONNECTIONS = 128  # connections served at once; more wait in the listen backlog
-HELLO_TIMEOUT_S = 10.0
+HELLO_TIMEOUT_S = 10.0  # a connection silent for longer is closed, never counted as a session
+PAYLOAD_TIMEOUT_S = 30.0  # for the bytes a hello announced (`length`)
 MAX_LOG_BYTES = 1 << 20
 VALIDATE_ENV = "STORMBUFFER_VALIDATE_OUTPUT"
 
@@ -118,12 +120,30 @@ class Connection:
         self.sock = sock
         self.reader: io.BufferedReader = sock.makefile("rb")
 
+    async def read(self, size: int, *, timeout: float, line: bool = False) -> bytes | None:
+        """Up to `size` bytes (with `line`, up to the end of a line), read in a worker thread; None
+        when `timeout` ran out first (a read still blocked then ends when the connection closes)."""
+        read = self.reader.readline if line else self.reader.read
+        with anyio.move_on_after(timeout):
+            return await anyio.to_thread.run_sync(read, size, abandon_on_cancel=True)
+        return None
+
     def reply(self, message: Mapping[str, Any]) -> None:
         self.sock.sendall(encode_line(message))
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes a read still blocked in a worker thread
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.reader.close()
         self.sock.close()
+
+
+def payload_length(message: Mapping[str, Any], bound: int) -> int | None:
+    """The hello's `length`: an integer from 0 to `bound` (0 when absent); None for anything else."""
+    length = message.get("length", 0)
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= bound:
+        return None
+    return length
 
 
 class Daemon:
@@ -240,27 +260,41 @@ class Daemon:
     # -- connections ----------------------------------------------------------------------
 
     async def _serve_connection(self, sock: socket.socket) -> None:
+        """Serve one connection; it counts as a session (keeping the daemon from its idle exit) only
+        once its hello arrived."""
         async with self._slots:
             connection = Connection(sock)
-            self.sessions += 1
             try:
-                if same_user(sock):
-                    await self._door(connection)
+                message = await self._hello(connection) if same_user(sock) else None
+                if message is not None:
+                    self.sessions += 1
+                    try:
+                        await self._door(connection, message)
+                    finally:
+                        self.sessions -= 1
+                        self.served += 1
+                        self._last_active = time.monotonic()
             except Exception as exc:  # one broken connection never ends the daemon
                 logger.warning("connection ended: %s", type(exc).__name__)
             finally:
-                self.sessions -= 1
-                self.served += 1
-                self._last_active = time.monotonic()
                 connection.close()
 
-    async def _door(self, connection: Connection) -> None:
-        with anyio.fail_after(HELLO_TIMEOUT_S):
-            line = await anyio.to_thread.run_sync(connection.reader.readline, MAX_HELLO_BYTES)
-        message = json.loads(line) if line.endswith(b"\n") else None
+    async def _hello(self, connection: Connection) -> dict[str, Any] | None:
+        """The connection's hello, read within `HELLO_TIMEOUT_S`; None when none came (a line that is
+        not a hello of this protocol is answered `bad_hello`)."""
+        line = await connection.read(MAX_HELLO_BYTES, timeout=HELLO_TIMEOUT_S, line=True)
+        if line is None:
+            return None
+        try:
+            message = loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            message = None
         if not isinstance(message, dict) or message.get("protocol") != PROTOCOL:
             connection.reply({"ok": False, "reason": "bad_hello"})
-            return
+            return None
+        return message
+
+    async def _door(self, connection: Connection, message: dict[str, Any]) -> None:
         door = message.get("door")
         if door == "status":
             connection.reply({"ok": True, **self.status()})
@@ -319,9 +353,14 @@ class Daemon:
         from stormbuffer.protocol.invoke import MAX_INPUT_BYTES, encode, failure, invoke_line
 
         operation = str(message.get("operation"))
-        length = int(message.get("length", 0))
+        length = payload_length(message, MAX_INPUT_BYTES + 1)
+        if length is None:
+            connection.reply({"ok": False, "reason": "bad_length"})
+            return
         connection.reply({"ok": True, "pid": os.getpid()})
-        data = await anyio.to_thread.run_sync(connection.reader.read, min(length, MAX_INPUT_BYTES + 1))
+        data = await connection.read(length, timeout=PAYLOAD_TIMEOUT_S)
+        if data is None:
+            return
         env = dict(message.get("env", {}))
 
         def answer() -> dict[str, Any]:
@@ -344,9 +383,14 @@ class Daemon:
         if operation not in OPERATIONS:
             connection.reply({"ok": False, "reason": "unknown_operation"})
             return
+        length = payload_length(message, MAX_HUMAN_PAYLOAD)
+        if length is None:
+            connection.reply({"ok": False, "reason": "bad_length"})
+            return
         connection.reply({"ok": True, "pid": os.getpid()})
-        length = min(int(message.get("length", 0)), MAX_HUMAN_PAYLOAD)
-        payload = await anyio.to_thread.run_sync(connection.reader.read, length)
+        payload = await connection.read(length, timeout=PAYLOAD_TIMEOUT_S)
+        if payload is None:
+            return
 
         def run() -> dict[str, Any]:
             try:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stormbuffer.core.atomic import fsync_directory
+from stormbuffer.core.dirs import make_private
 
 from .constants import DIMENSION, MAX_TOKENS, MODEL_ID, VARIANTS
 from .download import DEFAULT_BASE_URL, PINNED_ARTIFACTS, REPOSITORY, REVISION, Artifact, download_artifacts
@@ -54,8 +55,8 @@ def built_dir_name(variant: str) -> str:
 @contextmanager
 def models_lock(cache_dir: Path, *, shared: bool) -> Iterator[None]:
     """Hold `<cache_dir>/models/.lock`: exclusive while acquiring, shared while reading."""
-    directory = cache_dir / MODELS_DIR
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = make_private(cache_dir) / MODELS_DIR  # the cache also holds the global projection
+    directory.mkdir(exist_ok=True)
     with (directory / LOCK_NAME).open("ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield

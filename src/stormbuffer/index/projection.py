@@ -13,7 +13,9 @@ Two version numbers are kept apart on purpose:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.dirs import PRIVATE_FILE_MODE
 from ..core.errors import IndexUnavailable
-from ..core.stores import StorePaths, fallback_index_dir
+from ..core.stores import StorePaths, trusted_fallback_index_dir
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
@@ -245,6 +248,9 @@ def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite
     """A driver connection with the projection's pragmas (a writer's: WAL, synchronous NORMAL, foreign
     keys), in autocommit mode: transactions are explicit `BEGIN`s. With `create=False` a missing file
     is an error, not a new database."""
+    if create:  # private whatever the umask; SQLite gives its journal files the database's mode
+        with contextlib.suppress(OSError):  # SQLite reports what went wrong
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE))
     conn = sqlite3.connect(f"file:{path}?mode={'rwc' if create else 'rw'}", uri=True, check_same_thread=False,
                            isolation_level=None)  # fmt: skip
     pragmas = ("busy_timeout = 5000", *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL")
@@ -324,10 +330,12 @@ def model_identity(model: Any) -> str:
 
 
 def index_candidates(paths: StorePaths) -> list[Path]:
-    """Where a store's projection file can be, in the order readers look (nothing is created)."""
+    """Where a store's projection file can be, in the order readers look (nothing is created); the
+    temporary fallback only when it is this user's private directory."""
     if paths.kind == "project":
         return [paths.root / paths.index_name]
-    return [paths.cache_dir / paths.index_name, fallback_index_dir(paths.root) / paths.index_name]
+    fallback = trusted_fallback_index_dir(paths.root)
+    return [paths.cache_dir / paths.index_name, *([fallback / paths.index_name] if fallback else [])]
 
 
 def existing_index_path(paths: StorePaths) -> Path | None:

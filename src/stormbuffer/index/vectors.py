@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..core.atomic import fsync_directory
+from ..core.dirs import PRIVATE_FILE_MODE
 from ..core.records import ACCESS_CLASSES, KINDS, STATUSES
 from . import projection as pj
 
@@ -244,7 +245,7 @@ def _stream(handle: BinaryIO, segment: Segment) -> None:
 def _save_atomic(path: Path, fill: Callable[[BinaryIO], None]) -> None:
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with temp.open("wb") as handle:
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE), "wb") as handle:
             fill(handle)
             handle.flush()
             os.fsync(handle.fileno())

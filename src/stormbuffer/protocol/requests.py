@@ -10,12 +10,12 @@ field and the failing schema keyword; they never echo a value.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import predicates, schemas
 from .errors import ProtocolError, invalid_request
+from .jsontext import loads
 
 VERSION = 1
 OPERATIONS = ("search", "context", "get", "remember", "update", "propose", "supersede", "archive")
@@ -60,8 +60,8 @@ _MISSING = object()
 def parse_json(data: bytes) -> object:
     """Step 1: the request bytes as one JSON value (strict UTF-8, no NaN, no lone surrogates)."""
     try:
-        value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, huge integers
+        value = loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError, huge integers, nested too deeply
         raise ProtocolError("invalid_json", "stdin must contain one JSON object") from None
     if _has_lone_surrogate(value):
         raise ProtocolError("invalid_json", "stdin must contain one JSON object")

@@ -5,7 +5,6 @@ Problems are answered with fixed messages that name the field at fault, never th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from starlette.requests import Request
 from stormbuffer.core.ids import parse_record_id
 from stormbuffer.core.records import ACCESS_REASON, KIND_REASON, SOURCE_KIND_REASON
 from stormbuffer.protocol import schemas
+from stormbuffer.protocol.jsontext import loads
 
 from .errors import ApiError, validation_error
 from .security import BODY_TIMEOUT_S, MAX_BODY_BYTES, SLOW_BODY, TOO_LARGE
@@ -57,8 +57,8 @@ async def record_input(request: Request) -> dict[str, Any]:
     """The body as a valid `RecordInput` object (400 for malformed JSON, 422 for a wrong shape)."""
     data = await read(request)
     try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
+        value = loads(data)
+    except ValueError:  # not JSON, or nested too deeply
         raise ApiError(400, "invalid_json", "request body is not valid JSON") from None
     if not isinstance(value, dict):
         raise ApiError(422, "validation_error", "request body must be a JSON object")

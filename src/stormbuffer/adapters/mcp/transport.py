@@ -7,7 +7,8 @@ does not give:
 - One message is bounded (`MAX_MESSAGE_BYTES`). A longer line is skipped as it arrives, never held
   whole, and answered with an `Invalid Request` error when its id can be read from its start.
 - A line that is not a valid message is answered, not dropped: `Parse error` for text that is not
-  JSON or holds an unpaired surrogate escape (`"\\ud800"`, which is not Unicode text), `Invalid
+  JSON, nests arrays and objects deeper than `jsontext.MAX_DEPTH`, or holds an unpaired surrogate
+  escape (`"\\ud800"`, which is not Unicode text), `Invalid
   Request` for JSON that is not a JSON-RPC message. The error carries the request's id whenever it
   can be read, else `null`, as JSON-RPC asks. Invalid notifications get no answer.
 - The end of input waits until each request the host sent was answered or cancelled by the host
@@ -46,11 +47,14 @@ from mcp_types import (
     jsonrpc_message_adapter,
 )
 
+from stormbuffer.protocol.jsontext import TOO_DEEP, TooDeep, loads
+
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the protocol's own requests stay under 256 KiB
 READ_BYTES = 65536
 HEAD_BYTES = 4096  # what is kept of an oversized message, to read its id from
 TOO_LARGE = f"Invalid Request: a message may hold at most {MAX_MESSAGE_BYTES} bytes"
 NOT_JSON = "Parse error: the message is not valid JSON"
+NESTED = f"Parse error: the message's {TOO_DEEP}"
 SURROGATE = "Parse error: the message holds an unpaired UTF-16 surrogate escape, which is not Unicode text"
 NOT_JSONRPC = "Invalid Request: the message is not a valid JSON-RPC 2.0 message"
 UNSENDABLE = "Internal error: the answer could not be encoded"
@@ -136,7 +140,9 @@ def decode(line: bytes | Oversized) -> SessionMessage | JSONRPCError | None:
         return _error(_id_in_text(line.head), INVALID_REQUEST, TOO_LARGE)
     text = line.decode("utf-8", errors="replace")
     try:
-        value = json.loads(text)
+        value = loads(text)
+    except TooDeep:
+        return _error(_id_in_text(text), PARSE_ERROR, NESTED)
     except ValueError:
         return _error(_id_in_text(text), PARSE_ERROR, NOT_JSON)
     request_id = _id_in_value(value)
@@ -190,7 +196,7 @@ def _id_in_text(text: str | bytes) -> RequestId | None:
     if found is None:
         return None
     try:
-        return _id_in_value({"id": json.loads(found.group(1))})
+        return _id_in_value({"id": loads(found.group(1))})
     except ValueError:
         return None
 
