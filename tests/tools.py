@@ -21,6 +21,7 @@ ENTRY_POINTS = {
     # the npm launcher of Codex's native binary (@openai/codex-linux-x64)
     "codex": "@openai/codex/bin/codex.js",
     "pi": "@mariozechner/pi-coding-agent/dist/cli.js",
+    "gemini": "@google/gemini-cli/bundle/gemini.js",
 }
 # name -> a native executable the package installs, relative to node_modules
 EXECUTABLES = {

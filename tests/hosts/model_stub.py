@@ -3,7 +3,9 @@
 `api="responses"` (the default) is the OpenAI Responses API, which Codex (`wire_api =
 "responses"`) and Pi (a custom provider with `"api": "openai-responses"`) speak: the stub answers
 `POST <base_url>/responses`. `api="anthropic"` is the Anthropic Messages API that Claude Code
-speaks (`ANTHROPIC_BASE_URL`): `POST <base_url>/v1/messages`, streamed or not. The stub answers
+speaks (`ANTHROPIC_BASE_URL`): `POST <base_url>/v1/messages`, streamed or not. `api="gemini"` is
+the Gemini API that Gemini CLI speaks (`GOOGLE_GEMINI_BASE_URL`): `POST <base_url>/v1beta/models/
+<model>:streamGenerateContent` (server-sent events) or `:generateContent`. The stub answers
 each model request with one scripted turn, in order, and records every request:
 
     with ModelStub([Reply.call("memory_remember", {...}), Reply.text("done")]) as stub:
@@ -115,6 +117,15 @@ def _anthropic_events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:
     yield {"type": "message_stop"}
 
 
+def _gemini_response(reply: Reply) -> dict[str, Any]:
+    """The Gemini API answer of one reply."""
+    call = {"functionCall": {"name": reply.name, "args": reply.arguments}}
+    part = call if reply.kind == "call" else {"text": reply.text}
+    candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+    usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "stub-model"}
+
+
 def _events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:
     """The Responses API stream events of one reply."""
     response_id = f"resp_{number}"
@@ -183,7 +194,11 @@ class ModelStub:
                     return
                 reply, number = stub._next(request)
                 streamed = stub.api == "responses" or (isinstance(body, dict) and body.get("stream") is True)
-                if not streamed:
+                if stub.api == "gemini":
+                    streamed = ":streamGenerateContent" in self.path
+                    answer = json.dumps(_gemini_response(reply))
+                    payload = (f"data: {answer}\r\n\r\n" if streamed else answer).encode()
+                elif not streamed:
                     payload = json.dumps(_anthropic_message(reply, number)).encode()
                 else:
                     events = (_events if stub.api == "responses" else _anthropic_events)(reply, number)
@@ -209,6 +224,8 @@ class ModelStub:
 
     def _is_model(self, request: Request) -> bool:
         path = request.path.split("?")[0].rstrip("/")
+        if self.api == "gemini":
+            return path.endswith((":streamGenerateContent", ":generateContent"))
         return path.endswith("/responses") if self.api == "responses" else path.endswith("/v1/messages")
 
     def responses(self) -> list[Request]:

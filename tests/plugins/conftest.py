@@ -59,7 +59,7 @@ def host_sandbox(tmp_path_factory: pytest.TempPathFactory) -> HostSandbox:
     base = tmp_path_factory.mktemp("host")
     bin_dir = base / "bin"
     bin_dir.mkdir()
-    for name in ("claude", "codex", "pi"):
+    for name in ("claude", "codex", "gemini", "pi"):
         _wrapper(bin_dir, name)
     work = base / "work"
     work.mkdir()

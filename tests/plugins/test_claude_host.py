@@ -93,4 +93,4 @@ def test_claude_completes_its_turn_when_stormbuffer_is_unreachable(host_sandbox:
     requests = _model_requests(stub)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert json.loads(ran.stdout)["result"]
-    assert requests and "untrusted evidence from Stormbuffer" not in requests[0].text
+    assert requests and box.record_id not in requests[0].text and "receipt_id" not in requests[0].text

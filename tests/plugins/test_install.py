@@ -23,7 +23,7 @@ def _fake_host(directory: Path, name: str) -> None:
     script.chmod(0o755)
 
 
-@pytest.mark.parametrize("host", ["claude", "codex", "pi"])
+@pytest.mark.parametrize("host", ["claude", "codex", "gemini", "pi"])
 def test_a_missing_host_cli_is_a_clear_error_before_anything_is_written(tmp_path: Path, host: str) -> None:
     target = tmp_path / "installed"
     env = sbuf_env(tmp_path, PATH=NO_HOSTS)
@@ -37,7 +37,7 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     target = tmp_path / "installed"
     hosts = tmp_path / "hosts"
     hosts.mkdir()
-    for name in ("claude", "codex", "pi"):
+    for name in ("claude", "codex", "gemini", "pi"):
         _fake_host(hosts, name)
     env = sbuf_env(tmp_path, PATH=os.pathsep.join([str(hosts), NO_HOSTS]))
     done = run_sbuf("--project", "plugin", "install", "pi", "--directory", str(target), cwd=tmp_path, env=env)
@@ -64,6 +64,13 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     assert (package / "hooks" / "lifecycle.mjs").read_bytes() == lifecycle
     assert [path.name for path in (package / "skills").iterdir()] == ["stormbuffer-memory"]
     assert (target / ".claude-plugin" / "marketplace.json").is_file()
+    gemini = run_sbuf("plugin", "install", "gemini", "--directory", str(target), cwd=tmp_path, env=env)
+    assert gemini.returncode == 0, gemini.stderr
+    extension = target / "plugins" / "gemini-extension-stormbuffer"
+    assert (extension / "hooks" / "command-hooks.mjs").read_bytes() == (
+        PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "command-hooks.mjs"
+    ).read_bytes()
+    assert [path.name for path in (extension / "skills").iterdir()] == ["stormbuffer-global-memory"]
 
 
 def test_an_installed_wheel_installs_the_plugins(tmp_path: Path) -> None:
@@ -83,6 +90,8 @@ def test_an_installed_wheel_installs_the_plugins(tmp_path: Path) -> None:
         f"{tree}/plugins/claude-plugin-stormbuffer/.claude-plugin/plugin.json",
         f"{tree}/plugins/claude-plugin-stormbuffer/hooks/lifecycle.mjs",
         f"{tree}/plugins/claude-plugin-stormbuffer/hooks/command-hooks.mjs",
+        f"{tree}/plugins/gemini-extension-stormbuffer/gemini-extension.json",
+        f"{tree}/plugins/gemini-extension-stormbuffer/hooks/lifecycle.mjs",
     ):
         assert name in names
     # an installed wheel (shadowing the source tree) installs its own copy

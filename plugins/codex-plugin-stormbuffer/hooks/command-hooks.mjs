@@ -1,9 +1,10 @@
-// The command-hook protocol that Codex and Claude Code share: each hook is a process that reads
-// one JSON event on stdin and prints one JSON line. `UserPromptSubmit` recalls into
-// `additionalContext`; a successful Stormbuffer `memory_remember`/`memory_update` (`PostToolUse`)
-// leaves a per-turn marker file; `Stop` consumes the marker, or without one blocks the stop once
-// with the capture instruction as its reason. Each host adapter only names its candidate tools
-// and how its events identify a turn.
+// The command-hook protocol that Codex, Claude Code and Gemini CLI share: each hook is a process
+// that reads one JSON event on stdin and prints one JSON line. The prompt hook (`UserPromptSubmit`,
+// Gemini's `BeforeAgent`) recalls into `additionalContext`; a successful Stormbuffer
+// `memory_remember`/`memory_update` (`PostToolUse`, `AfterTool`) leaves a per-turn marker file; the
+// stop hook (`Stop`, `AfterAgent`) consumes the marker, or without one blocks the stop once with the
+// capture instruction as its reason. Each host adapter only names its prompt event, its candidate
+// tools and how its events identify a turn.
 import { createHash } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
 import os from 'node:os';
@@ -14,8 +15,10 @@ import { DEFAULT_TIMEOUT_MS, captureInstruction, recall, selectScope } from './l
 export const MAX_EVENT_BYTES = 64 * 1024;
 export const RECALL_TIMEOUT_MS = DEFAULT_TIMEOUT_MS;
 
-// Where tool results nest an envelope (`text` for MCP text content blocks).
-const NESTED_KEYS = ['structuredContent', 'structured_content', 'output', 'stdout', 'content', 'text'];
+// Where tool results nest an envelope (`text` for MCP text content blocks, `llmContent` and
+// `returnDisplay` for Gemini CLI's tool results).
+const NESTED_KEYS = ['structuredContent', 'structured_content', 'output', 'stdout', 'content', 'text', 'llmContent',
+  'returnDisplay'];
 
 const isObject = (value) => typeof value === 'object' && value !== null && !Array.isArray(value);
 const isText = (value) => typeof value === 'string' && value !== '';
@@ -57,11 +60,17 @@ export function containsSuccess(value, operation, depth = 0) {
 }
 
 /**
- * The hooks of one host. `candidateTool` matches the host's names for the Stormbuffer
- * `memory_remember`/`memory_update` tools (group 1: the operation); `turnOf(event)` is the turn
- * id (null: none); markers live in `<tmpdir>/stormbuffer-<host>-<uid>/`.
+ * The hooks of one host. `promptEvent` names the prompt hook's event; `candidateTool` matches the
+ * host's names for the Stormbuffer `memory_remember`/`memory_update` tools (group 1: the
+ * operation); `turnOf(event)` is the turn id (null: none); markers live in
+ * `<tmpdir>/stormbuffer-<host>-<uid>/`.
  */
-export function createCommandHooks({ host, candidateTool, turnOf = (event) => event.turn_id }) {
+export function createCommandHooks({
+  host,
+  promptEvent = 'UserPromptSubmit',
+  candidateTool,
+  turnOf = (event) => event.turn_id,
+}) {
   /** The operation (`remember`/`update`) a successful candidate tool call performed, or null. */
   function candidateWritten(event) {
     if (!isObject(event) || typeof event.tool_name !== 'string') return null;
@@ -108,7 +117,7 @@ export function createCommandHooks({ host, candidateTool, turnOf = (event) => ev
     consumeCandidate(event, options);
     const cwd = typeof event.cwd === 'string' ? event.cwd : undefined;
     const context = await recall(event.prompt, { scope: selectScope({ env, cwd }), env, cwd, timeoutMs });
-    return context === null ? {} : { hookSpecificOutput: { hookEventName: 'UserPromptSubmit', additionalContext: context } };
+    return context === null ? {} : { hookSpecificOutput: { hookEventName: promptEvent, additionalContext: context } };
   }
 
   function postToolHook(event, options) {

@@ -12,6 +12,7 @@ Python installation that may change under it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -29,18 +30,22 @@ from .skill import SKILL_FILE, shipped_skill, skill_name
 CODEX_PACKAGE = "codex-plugin-stormbuffer"
 PI_PACKAGE = "pi-plugin-stormbuffer"
 CLAUDE_PACKAGE = "claude-plugin-stormbuffer"
+GEMINI_PACKAGE = "gemini-extension-stormbuffer"
 SOURCE_TREE = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
 class Host:
-    """What one host needs: its CLI, the packages and marketplace files to lay out, and the host
-    commands (`{root}`: the install directory) that register the installed copy."""
+    """What one host needs: its CLI, the packages and marketplace files to lay out, the host
+    commands (`{root}`: the install directory) that register the installed copy, and those run
+    first whose failure does not matter (removing an earlier registration)."""
 
     cli: str
     packages: tuple[str, ...]
     files: tuple[Path, ...]
     commands: tuple[tuple[str, ...], ...]
+    cleanup: tuple[tuple[str, ...], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 HOSTS: dict[str, Host] = {
@@ -61,6 +66,15 @@ HOSTS: dict[str, Host] = {
             ("codex", "plugin", "marketplace", "add", "{root}"),
             ("codex", "plugin", "add", "stormbuffer@stormbuffer-source"),
         ),
+    ),
+    # `--consent` and a trusted folder: the user asked for this install of Stormbuffer's own files
+    "gemini": Host(
+        "gemini",
+        (GEMINI_PACKAGE,),
+        (),
+        (("gemini", "extensions", "install", "{root}/plugins/" + GEMINI_PACKAGE, "--consent"),),
+        cleanup=(("gemini", "extensions", "uninstall", "stormbuffer"),),
+        env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),),
     ),
     "pi": Host("pi", (CODEX_PACKAGE, PI_PACKAGE), (), (("pi", "install", "{root}/plugins/" + PI_PACKAGE),)),
 }
@@ -99,6 +113,13 @@ def install_files(host: str, root: Path, skill: str) -> None:
         link.symlink_to(Path("..", CODEX_PACKAGE))
 
 
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A host command, without a terminal (a host never waits on a question)."""
+    return subprocess.run(
+        argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
 @click.group("plugin", help="Install the lifecycle plugins shipped with Stormbuffer.")
 @store_options
 def plugin() -> None:
@@ -122,10 +143,15 @@ def install(host: str, directory: Path | None) -> None:
         install_files(host, root, skill_name(cli.view))
     except OSError as exc:
         fail(f"could not install the {host} plugin into {root}: {exc.strerror or type(exc).__name__}")
-    for command in HOSTS[host].commands:
+    spec = HOSTS[host]
+    env = {**os.environ, **dict(spec.env)}
+    for command in spec.cleanup:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            _run([part.format(root=root) for part in command], env)
+    for command in spec.commands:
         argv = [part.format(root=root) for part in command]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+            done = _run(argv, env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             fail(f"could not run `{' '.join(argv)}` ({type(exc).__name__}); install {host} and rerun")
         if done.returncode != 0:
