@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import tools
 from tests.helpers import run_sbuf, sbuf_env
 from tests.plugins.conftest import PLUGINS, ROOT
 
@@ -23,7 +24,7 @@ def _fake_host(directory: Path, name: str) -> None:
     script.chmod(0o755)
 
 
-@pytest.mark.parametrize("host", ["claude", "codex", "gemini", "pi"])
+@pytest.mark.parametrize("host", ["claude", "codex", "gemini", "opencode", "pi"])
 def test_a_missing_host_cli_is_a_clear_error_before_anything_is_written(tmp_path: Path, host: str) -> None:
     target = tmp_path / "installed"
     env = sbuf_env(tmp_path, PATH=NO_HOSTS)
@@ -37,7 +38,7 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     target = tmp_path / "installed"
     hosts = tmp_path / "hosts"
     hosts.mkdir()
-    for name in ("claude", "codex", "gemini", "pi"):
+    for name in ("claude", "codex", "gemini", "opencode", "pi"):
         _fake_host(hosts, name)
     env = sbuf_env(tmp_path, PATH=os.pathsep.join([str(hosts), NO_HOSTS]))
     done = run_sbuf("--project", "plugin", "install", "pi", "--directory", str(target), cwd=tmp_path, env=env)
@@ -73,6 +74,21 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     assert [path.name for path in (extension / "skills").iterdir()] == ["stormbuffer-global-memory"]
 
 
+def test_opencode_loads_the_installed_plugin_through_its_plugin_directory(tmp_path: Path) -> None:
+    """The loader `sbuf plugin install opencode` writes imports the installed copy's plugin (run on Node)."""
+    target = tmp_path / "installed"
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    _fake_host(hosts, "opencode")
+    env = sbuf_env(tmp_path, PATH=os.pathsep.join([str(hosts), NO_HOSTS]), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    done = run_sbuf("plugin", "install", "opencode", "--directory", str(target), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    loader = tmp_path / "config" / "opencode" / "plugins" / "stormbuffer.js"
+    script = f"const m = await import({str(loader)!r}); console.log(typeof m.StormbufferPlugin)"
+    ran = subprocess.run([str(tools.node()), "--input-type=module", "-e", script], capture_output=True, text=True)
+    assert ran.stdout.strip() == "function", ran.stderr
+
+
 def test_an_installed_wheel_installs_the_plugins(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp_path), str(ROOT)]
     subprocess.run(command, check=True, timeout=300)
@@ -92,6 +108,8 @@ def test_an_installed_wheel_installs_the_plugins(tmp_path: Path) -> None:
         f"{tree}/plugins/claude-plugin-stormbuffer/hooks/command-hooks.mjs",
         f"{tree}/plugins/gemini-extension-stormbuffer/gemini-extension.json",
         f"{tree}/plugins/gemini-extension-stormbuffer/hooks/lifecycle.mjs",
+        f"{tree}/plugins/opencode-plugin-stormbuffer/stormbuffer.js",
+        f"{tree}/plugins/opencode-plugin-stormbuffer/lifecycle.mjs",
     ):
         assert name in names
     # an installed wheel (shadowing the source tree) installs its own copy

@@ -13,6 +13,7 @@ Python installation that may change under it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,9 @@ CODEX_PACKAGE = "codex-plugin-stormbuffer"
 PI_PACKAGE = "pi-plugin-stormbuffer"
 CLAUDE_PACKAGE = "claude-plugin-stormbuffer"
 GEMINI_PACKAGE = "gemini-extension-stormbuffer"
+OPENCODE_PACKAGE = "opencode-plugin-stormbuffer"
+# OpenCode loads every module in its global plugin directory; this one re-exports the installed copy
+OPENCODE_LOADER = Path("opencode", "plugins", "stormbuffer.js")
 SOURCE_TREE = Path(__file__).resolve().parents[3]
 
 
@@ -76,6 +80,7 @@ HOSTS: dict[str, Host] = {
         cleanup=(("gemini", "extensions", "uninstall", "stormbuffer"),),
         env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),),
     ),
+    "opencode": Host("opencode", (OPENCODE_PACKAGE,), (), ()),
     "pi": Host("pi", (CODEX_PACKAGE, PI_PACKAGE), (), (("pi", "install", "{root}/plugins/" + PI_PACKAGE),)),
 }
 
@@ -113,6 +118,17 @@ def install_files(host: str, root: Path, skill: str) -> None:
         link.symlink_to(Path("..", CODEX_PACKAGE))
 
 
+def _write_opencode_loader(root: Path) -> None:
+    """`<config home>/opencode/plugins/stormbuffer.js`, re-exporting the installed plugin (atomically)."""
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    loader = config_home / OPENCODE_LOADER
+    loader.parent.mkdir(parents=True, exist_ok=True)
+    module = (root / "plugins" / OPENCODE_PACKAGE / "stormbuffer.js").as_uri()
+    staging = loader.with_name(f".{loader.name}.new")
+    staging.write_text(f"export {{ StormbufferPlugin }} from {json.dumps(module)};\n", encoding="utf-8")
+    os.replace(staging, loader)
+
+
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """A host command, without a terminal (a host never waits on a question)."""
     return subprocess.run(
@@ -143,6 +159,11 @@ def install(host: str, directory: Path | None) -> None:
         install_files(host, root, skill_name(cli.view))
     except OSError as exc:
         fail(f"could not install the {host} plugin into {root}: {exc.strerror or type(exc).__name__}")
+    if host == "opencode":
+        try:
+            _write_opencode_loader(root)
+        except OSError as exc:
+            fail(f"could not register the opencode plugin: {exc.strerror or type(exc).__name__}")
     spec = HOSTS[host]
     env = {**os.environ, **dict(spec.env)}
     for command in spec.cleanup:
