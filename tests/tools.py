@@ -26,6 +26,7 @@ ENTRY_POINTS = {
 # name -> a native executable the package installs, relative to node_modules
 EXECUTABLES = {
     "claude": "@anthropic-ai/claude-code/bin/claude.exe",
+    "opencode": "opencode-linux-x64/bin/opencode",
 }
 
 

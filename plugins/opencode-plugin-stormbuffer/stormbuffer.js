@@ -69,9 +69,8 @@ export function createLifecycle({ client, directory }, options = {}) {
     turn.reviewed = true;
     const text = captureInstruction(turn.scope);
     try {
-      Promise.resolve(
-        client.session.prompt({ path: { id: happened.properties.sessionID }, body: { parts: [{ type: 'text', text }] } }),
-      ).catch(() => {});
+      const request = { path: { id: happened.properties.sessionID }, body: { parts: [{ type: 'text', text }] } };
+      Promise.resolve(client.session.prompt(request)).catch(() => {});
     } catch {
       // fail open
     }

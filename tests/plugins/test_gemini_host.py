@@ -10,32 +10,21 @@ import subprocess
 from pathlib import Path
 
 from tests.helpers import run_sbuf
-from tests.hosts.model_stub import ModelStub, Reply, Request
-from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox
+from tests.hosts.model_stub import ModelStub
+from tests.plugins.conftest import (
+    HOST_TIMEOUT_S,
+    HostSandbox,
+    assert_not_recalled,
+    assert_recalled,
+    assert_reviewed_once,
+    review_model,
+    tool_requests,
+)
 
 TOOL = "mcp_stormbuffer_memory_remember"
-CANDIDATE = {
-    "title": "Magnetar rollback owner",
-    "kind": "decision",
-    "body": "Magnetar rollbacks are owned by the release captain.",
-    "source": {"kind": "conversation", "reference": "gemini-capture-review", "actor": "agent"},
-}
+TITLE = "Magnetar rollback owner"
 PROMPT = "What is the magnetar release rule?"
-
-
-def _answered_a_tool(request: Request) -> bool:
-    """Whether the request's last content carries a function response."""
-    parts = request.body["contents"][-1].get("parts", [])
-    return any("functionResponse" in part for part in parts)
-
-
-def _model(request: Request) -> Reply:
-    """Answer the prompt; in the capture review propose one candidate, then finish."""
-    if CAPTURE_MARKER not in request.text:
-        return Reply.text_reply("Releases freeze on Fridays.")
-    if _answered_a_tool(request):
-        return Reply.text_reply("Proposed one candidate for review.")
-    return Reply.call(TOOL, CANDIDATE)
+MODEL = review_model(TOOL, TITLE, "gemini-capture-review")
 
 
 def _gemini(box: HostSandbox, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -57,44 +46,30 @@ def _env(box: HostSandbox, base_url: str) -> dict[str, str]:
             "GEMINI_CLI_TRUST_WORKSPACE": "true"}  # fmt: skip
 
 
-def _model_requests(stub: ModelStub) -> list[Request]:
-    """The main conversation's requests (not side requests): those with tools."""
-    return [request for request in stub.responses() if isinstance(request.body, dict) and request.body.get("tools")]
-
-
 def test_gemini_recalls_before_the_prompt_and_captures_one_candidate(host_sandbox: HostSandbox) -> None:
     box = host_sandbox
     before = box.candidates()
-    with ModelStub(_model, api="gemini") as stub:
+    with ModelStub(MODEL, api="gemini") as stub:
         env = _env(box, stub.base_url)
         installed = run_sbuf("plugin", "install", "gemini", cwd=box.work, env=env)
         assert installed.returncode == 0, installed.stderr
         ran = _gemini(box, env)
-    requests = _model_requests(stub)
+    requests = tool_requests(stub.responses())
     log = ran.stdout[-3000:] + ran.stderr[-3000:]
     assert ran.returncode == 0, log
     assert len(requests) >= 3, log + "\n".join(r.path for r in stub.requests)
-    first = requests[0].text
-    assert "untrusted evidence from Stormbuffer" in first
-    assert box.record_id in first
-    assert '\\"receipt_id\\":\\"' in first
-    assert CAPTURE_MARKER not in first
-    assert CAPTURE_MARKER in requests[1].text
-    assert "Submit nothing for routine completion" in requests[1].text
-    assert "requires_approval" in requests[-1].text, "the memory_remember answer reaches the model"
-    new = [record for record in box.candidates() if record not in before]
-    assert len(new) == 1
-    shown = box.sbuf("show", new[0])
-    assert "Magnetar rollback owner" in shown.stdout
+    assert_recalled(box, requests[0])
+    assert_reviewed_once(box, requests, before, TITLE)
 
 
 def test_gemini_completes_its_turn_when_stormbuffer_is_unreachable(host_sandbox: HostSandbox) -> None:
     box = host_sandbox
-    with ModelStub(_model, api="gemini") as stub:
+    with ModelStub(MODEL, api="gemini") as stub:
         env = _env(box, stub.base_url)
         installed = run_sbuf("plugin", "install", "gemini", cwd=box.work, env=env)
         assert installed.returncode == 0, installed.stderr
         ran = _gemini(box, {**env, "STORMBUFFER_BIN": str(box.base / "no-such-sbuf")})
-    requests = _model_requests(stub)
+    requests = tool_requests(stub.responses())
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    assert requests and box.record_id not in requests[0].text and "receipt_id" not in requests[0].text
+    assert requests
+    assert_not_recalled(box, requests[0])

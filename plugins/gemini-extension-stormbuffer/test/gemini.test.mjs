@@ -1,24 +1,17 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { fakeSbuf, tempDir } from '../../codex-plugin-stormbuffer/test/fixtures.mjs';
+import { fakeSbuf, runHookProcess, tempDir } from '../../codex-plugin-stormbuffer/test/fixtures.mjs';
 import { CANDIDATE_TOOL, candidateWritten, markerPath } from '../hooks/gemini.mjs';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const HOOK = path.join(ROOT, 'hooks', 'gemini.mjs');
 const written = JSON.stringify({ ok: true, operation: 'update', version: 1, result: { record_id: 'r-1' } });
 
-function runHook(name, event, env = {}) {
-  const input = typeof event === 'string' ? event : JSON.stringify(event);
-  const done = spawnSync(process.execPath, [HOOK, name], { input, env: { ...process.env, ...env }, encoding: 'utf8' });
-  assert.equal(done.status, 0, done.stderr);
-  assert.equal(done.stdout.split('\n').filter(Boolean).length, 1);
-  return JSON.parse(done.stdout);
-}
+const runHook = (name, event, env) => runHookProcess(HOOK, name, event, env);
 
 test("Gemini CLI's tool result (llmContent parts) from the stormbuffer server is recognized", () => {
   const response = { llmContent: [{ text: `<untrusted_context>\n${written}\n</untrusted_context>` }], returnDisplay: '' };
