@@ -1,4 +1,4 @@
-"""`sbuf plugin install claude|codex|pi`: put a lifecycle plugin where its host can load it, then register it.
+"""`sbuf plugin install HOST`: put a lifecycle plugin where its host can load it, then register it.
 
 The host's CLI must be on PATH before anything is written. The shipped files (in the source tree,
 or under `stormbuffer/plugin-tree/` in the wheel) are copied to `<data dir>/stormbuffer/plugins/`
@@ -7,8 +7,9 @@ in the layout of the source tree — the host's marketplace file (`.claude-plugi
 lifecycle module), and `plugins/node_modules/codex-plugin-stormbuffer` so the Pi package finds
 that module — with the selected scope's memory skill as each package's only skill. The host's own
 CLI then registers the copy (`claude plugin marketplace add` + `claude plugin install`, `codex
-plugin marketplace add` + `codex plugin add`, or `pi install`), so a host never runs files from a
-Python installation that may change under it."""
+plugin marketplace add` + `codex plugin add`, `gemini extensions install`, or `pi install`;
+OpenCode has no such command, so a one-line loader goes into its plugin directory), so a host
+never runs files from a Python installation that may change under it."""
 
 from __future__ import annotations
 
