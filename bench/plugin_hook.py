@@ -1,8 +1,9 @@
-"""Latency of the Codex prompt hook as Codex runs it, on a 10,000-record project store.
+"""Latency of the prompt hook as each host runs it, on a 10,000-record project store.
 
-Each iteration starts `node hooks/codex.mjs prompt` with a `UserPromptSubmit` event on stdin,
-exactly as Codex does; the hook runs `sbuf --project invoke context` and prints the rendered
-context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
+Each iteration starts the host's hook (`node hooks/codex.mjs prompt` with a `UserPromptSubmit`
+event on stdin, exactly as Codex does; likewise `claude.mjs` for Claude Code and `gemini.mjs`
+with a `BeforeAgent` event for Gemini CLI); the hook runs `sbuf --project invoke context` and
+prints the rendered context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
 `pnpm benchmark` check). Reported in the reference's shape, `{iterations, p50_ms, p95_ms,
 max_ms}`, for:
 
@@ -10,9 +11,10 @@ max_ms}`, for:
   (`STORMBUFFER_NO_DAEMON=1`);
 - `invoke_context_alone`: the `sbuf --project invoke context` call inside the hook, without Node
   (one-shot too);
-- `daemon`: the hook with the warm per-user daemon running: `sbuf invoke` starts it after a one-shot
-  read and routes every later call through it (`sbuf daemon status` must then report it); it is
-  stopped at the end with `sbuf daemon stop`.
+- `daemon`: the Codex hook with the warm per-user daemon running: `sbuf invoke` starts it after a
+  one-shot read and routes every later call through it (`sbuf daemon status` must then report it);
+  it is stopped at the end with `sbuf daemon stop`;
+- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again).
 
 `sbuf --version` is timed in the same run (the machine's floor) and each p50 is also given as a
 ratio to it. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
@@ -42,7 +44,12 @@ from invoke_latency import SAMPLE_TEXTS, build, environment  # noqa: E402
 from machine import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-HOOK = ROOT / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs"
+# host -> (its prompt hook, the event name it sends)
+HOOKS = {
+    "codex": (ROOT / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs", "UserPromptSubmit"),
+    "claude": (ROOT / "plugins" / "claude-plugin-stormbuffer" / "hooks" / "claude.mjs", "UserPromptSubmit"),
+    "gemini": (ROOT / "plugins" / "gemini-extension-stormbuffer" / "hooks" / "gemini.mjs", "BeforeAgent"),
+}
 RESULTS = Path(__file__).parent / "results" / "plugin_hook.json"
 SBUF = Path(sys.executable).parent / "sbuf"
 DAEMON_START_TIMEOUT_S = 60
@@ -86,13 +93,15 @@ def timed(make: Callable[[int], tuple[list[str], bytes]], cwd: Path, env: dict[s
     return summary(times)
 
 
-def hook_run(node: str, cwd: Path) -> Callable[[int], tuple[list[str], bytes]]:
-    """The prompt hook with the `UserPromptSubmit` event of the index's query."""
+def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple[list[str], bytes]]:
+    """The host's prompt hook with its prompt event of the index's query."""
+    hook, event_name = HOOKS[host]
 
     def make(index: int) -> tuple[list[str], bytes]:
         query = QUERIES[index % len(QUERIES)]
-        event = {"prompt": query, "cwd": str(cwd), "session_id": "bench", "turn_id": str(index)}
-        return [node, str(HOOK), "prompt"], json.dumps(event).encode()
+        event = {"hook_event_name": event_name, "prompt": query, "cwd": str(cwd), "session_id": "bench",
+                 "turn_id": str(index)}  # fmt: skip
+        return [node, str(hook), "prompt"], json.dumps(event).encode()
 
     return make
 
@@ -141,11 +150,13 @@ def main() -> None:
     one_shot = timed(hook_run(node, project), project, alone, runs)
     print("sbuf invoke context alone …", file=sys.stderr)
     invoke = timed(invoke_run, project, alone, runs)
-    print("prompt hook, through the daemon …", file=sys.stderr)
-    through = with_daemon(project, served, lambda: timed(hook_run(node, project), project, served, runs))
-    daemon = {"measured": True, **through}
+    print("prompt hooks of every host, through the daemon …", file=sys.stderr)
+    hosts = with_daemon(
+        project, served, lambda: {host: timed(hook_run(node, project, host), project, served, runs) for host in HOOKS}
+    )
+    daemon = {"measured": True, **hosts["codex"]}
     version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
-    for result in (one_shot, invoke, daemon):
+    for result in (one_shot, invoke, daemon, *hosts.values()):
         if "p50_ms" in result:
             result["p50_over_version"] = round(result["p50_ms"] / version["p50_ms"], 1)
     report = {
@@ -158,11 +169,13 @@ def main() -> None:
         "one_shot": one_shot,
         "invoke_context_alone": invoke,
         "daemon": daemon,
+        "hosts": hosts,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"{'path':<14} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
     rows = [("sbuf --version", version), ("one-shot", one_shot), ("invoke alone", invoke), ("daemon", daemon)]
+    rows += [(f"{host} (daemon)", result) for host, result in hosts.items()]
     for name, result in rows:
         if "p50_ms" not in result:
             print(f"{name:<14} not measured: {result['reason']}")

@@ -21,6 +21,12 @@ ENTRY_POINTS = {
     # the npm launcher of Codex's native binary (@openai/codex-linux-x64)
     "codex": "@openai/codex/bin/codex.js",
     "pi": "@mariozechner/pi-coding-agent/dist/cli.js",
+    "gemini": "@google/gemini-cli/bundle/gemini.js",
+}
+# name -> a native executable the package installs, relative to node_modules
+EXECUTABLES = {
+    "claude": "@anthropic-ai/claude-code/bin/claude.exe",
+    "opencode": "opencode-linux-x64/bin/opencode",
 }
 
 
@@ -44,7 +50,11 @@ def node() -> Path:
 
 
 def tool_command(name: str) -> list[str]:
-    """The argv prefix that runs tool `name` on the pinned Node.js."""
+    """The argv prefix that runs tool `name` (on the pinned Node.js, unless it is native)."""
+    if name in EXECUTABLES:
+        executable = install() / EXECUTABLES[name]
+        assert executable.is_file(), f"{executable} is missing from the installed test tools"
+        return [str(executable)]
     entry = install() / ENTRY_POINTS[name]
     assert entry.is_file(), f"{entry} is missing from the installed test tools"
     return [str(node()), str(entry)]

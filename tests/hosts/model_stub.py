@@ -1,8 +1,12 @@
-"""A loopback stub of the OpenAI Responses API (streamed), for driving real host CLIs in tests.
+"""A loopback stub of a model provider's streamed API, for driving real host CLIs in tests.
 
-Codex (`wire_api = "responses"`) and Pi (a custom provider with `"api": "openai-responses"`)
-both speak it. The stub answers `POST <base_url>/responses` with one scripted turn per request,
-in order, and records every request:
+`api="responses"` (the default) is the OpenAI Responses API, which Codex (`wire_api =
+"responses"`) and Pi (a custom provider with `"api": "openai-responses"`) speak: the stub answers
+`POST <base_url>/responses`. `api="anthropic"` is the Anthropic Messages API that Claude Code
+speaks (`ANTHROPIC_BASE_URL`): `POST <base_url>/v1/messages`, streamed or not. `api="gemini"` is
+the Gemini API that Gemini CLI speaks (`GOOGLE_GEMINI_BASE_URL`): `POST <base_url>/v1beta/models/
+<model>:streamGenerateContent` (server-sent events) or `:generateContent`. The stub answers
+each model request with one scripted turn, in order, and records every request:
 
     with ModelStub([Reply.call("memory_remember", {...}), Reply.text("done")]) as stub:
         run_host(base_url=stub.base_url)
@@ -83,6 +87,45 @@ def pi_models(base_url: str) -> str:
     return json.dumps({"providers": {"stub": provider}})
 
 
+def _anthropic_message(reply: Reply, number: int) -> dict[str, Any]:
+    """The Messages API answer of one reply."""
+    if reply.kind == "call":
+        block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{number}", "name": reply.name,
+                                 "input": reply.arguments}  # fmt: skip
+    else:
+        block = {"type": "text", "text": reply.text}
+    return {"id": f"msg_{number}", "type": "message", "role": "assistant", "model": "stub-model",
+            "content": [block], "stop_reason": "tool_use" if reply.kind == "call" else "end_turn",
+            "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
+
+
+def _anthropic_events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:
+    """The Messages API stream events of one reply."""
+    message = _anthropic_message(reply, number)
+    (block,) = message["content"]
+    yield {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}
+    if block["type"] == "tool_use":
+        yield {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    else:
+        yield {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        delta = {"type": "text_delta", "text": block["text"]}
+    yield {"type": "content_block_delta", "index": 0, "delta": delta}
+    yield {"type": "content_block_stop", "index": 0}
+    yield {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+           "usage": {"output_tokens": 5}}  # fmt: skip
+    yield {"type": "message_stop"}
+
+
+def _gemini_response(reply: Reply) -> dict[str, Any]:
+    """The Gemini API answer of one reply."""
+    call = {"functionCall": {"name": reply.name, "args": reply.arguments}}
+    part = call if reply.kind == "call" else {"text": reply.text}
+    candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+    usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "stub-model"}
+
+
 def _events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:
     """The Responses API stream events of one reply."""
     response_id = f"resp_{number}"
@@ -119,7 +162,8 @@ def _events(reply: Reply, number: int) -> Iterator[dict[str, Any]]:
 class ModelStub:
     """The stub server on 127.0.0.1 (an ephemeral port) for the life of a `with` block."""
 
-    def __init__(self, turns: Iterable[Reply] | Callable[[Request], Reply]) -> None:
+    def __init__(self, turns: Iterable[Reply] | Callable[[Request], Reply], api: str = "responses") -> None:
+        self.api = api
         self._script = turns if callable(turns) else None
         self._turns = iter(()) if callable(turns) else iter(turns)
         self._numbers = itertools.count(1)
@@ -145,14 +189,22 @@ class ModelStub:
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
                 request = stub._record(self, body)
-                if not self.path.rstrip("/").endswith("/responses"):
+                if not stub._is_model(request):
                     self._not_found()
                     return
                 reply, number = stub._next(request)
-                events = _events(reply, number)
-                payload = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+                streamed = stub.api == "responses" or (isinstance(body, dict) and body.get("stream") is True)
+                if stub.api == "gemini":
+                    streamed = ":streamGenerateContent" in self.path
+                    answer = json.dumps(_gemini_response(reply))
+                    payload = (f"data: {answer}\r\n\r\n" if streamed else answer).encode()
+                elif not streamed:
+                    payload = json.dumps(_anthropic_message(reply, number)).encode()
+                else:
+                    events = (_events if stub.api == "responses" else _anthropic_events)(reply, number)
+                    payload = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -167,11 +219,18 @@ class ModelStub:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        root = f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{root}/v1" if self.api == "responses" else root
+
+    def _is_model(self, request: Request) -> bool:
+        path = request.path.split("?")[0].rstrip("/")
+        if self.api == "gemini":
+            return path.endswith((":streamGenerateContent", ":generateContent"))
+        return path.endswith("/responses") if self.api == "responses" else path.endswith("/v1/messages")
 
     def responses(self) -> list[Request]:
-        """The model requests (to `/responses`), in order."""
-        return [request for request in self.requests if request.path.rstrip("/").endswith("/responses")]
+        """The model requests, in order."""
+        return [request for request in self.requests if self._is_model(request)]
 
     def _record(self, handler: BaseHTTPRequestHandler, body: Any) -> Request:
         request = Request(handler.path, dict(handler.headers.items()), body)

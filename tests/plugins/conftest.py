@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests import tools
 from tests.helpers import SBUF, run_sbuf, sbuf_env
-from tests.hosts.model_stub import ModelStub
+from tests.hosts.model_stub import ModelStub, Reply, Request
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "plugins"
@@ -61,7 +62,7 @@ def host_sandbox(tmp_path_factory: pytest.TempPathFactory) -> HostSandbox:
     base = tmp_path_factory.mktemp("host")
     bin_dir = base / "bin"
     bin_dir.mkdir()
-    for name in ("codex", "pi"):
+    for name in ("claude", "codex", "gemini", "opencode", "pi"):
         _wrapper(bin_dir, name)
     work = base / "work"
     work.mkdir()
@@ -105,3 +106,57 @@ def pi_rpc_turn(box: HostSandbox, env: dict[str, str], stub: ModelStub, prompt: 
         if pi.poll() is None:
             pi.kill()
             pi.communicate()
+
+
+def tool_requests(requests: list[Request]) -> list[Request]:
+    """The main conversation's model requests: those offering tools (not titles, routing and such)."""
+    return [request for request in requests if isinstance(request.body, dict) and request.body.get("tools")]
+
+
+def assert_recalled(box: HostSandbox, request: Request) -> None:
+    """The request carries the evidence block with its receipt and the seeded memory, and no review."""
+    assert "untrusted evidence from Stormbuffer" in request.text
+    assert box.record_id in request.text
+    assert '\\"receipt_id\\":\\"' in request.text
+    assert CAPTURE_MARKER not in request.text
+
+
+def assert_not_recalled(box: HostSandbox, request: Request) -> None:
+    assert box.record_id not in request.text and "receipt_id" not in request.text
+
+
+def assert_reviewed_once(box: HostSandbox, requests: list[Request], before: list[str], title: str) -> None:
+    """The second request is the capture review, the last one answers its `memory_remember`, and the
+    store gained exactly one candidate: `title`."""
+    assert CAPTURE_MARKER in requests[1].text
+    assert "Submit nothing for routine completion" in requests[1].text
+    assert "requires_approval" in requests[-1].text, "the memory_remember answer reaches the model"
+    new = [record for record in box.candidates() if record not in before]
+    assert len(new) == 1
+    assert title in box.sbuf("show", new[0]).stdout
+
+
+def answered_a_tool(request: Request) -> bool:
+    """Whether the request's last message carries a tool result (Anthropic `tool_result` blocks,
+    Gemini `functionResponse` parts)."""
+    body = request.body
+    if "messages" in body:
+        content = body["messages"][-1]["content"]
+        return isinstance(content, list) and any(block.get("type") == "tool_result" for block in content)
+    return any("functionResponse" in part for part in body["contents"][-1].get("parts", []))
+
+
+def review_model(tool: str, title: str, reference: str) -> Callable[[Request], Reply]:
+    """A scripted model: it answers the prompt, and in the capture review proposes the candidate
+    `title` with `tool`, then finishes once the tool has answered."""
+    candidate = {"title": title, "kind": "decision", "body": f"{title}: the release captain decides.",
+                 "source": {"kind": "conversation", "reference": reference, "actor": "agent"}}  # fmt: skip
+
+    def model(request: Request) -> Reply:
+        if CAPTURE_MARKER not in request.text:
+            return Reply.text_reply("Releases freeze on Fridays.")
+        if answered_a_tool(request):
+            return Reply.text_reply("Proposed one candidate for review.")
+        return Reply.call(tool, candidate)
+
+    return model

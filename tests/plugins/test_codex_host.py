@@ -9,7 +9,7 @@ import subprocess
 
 from tests.helpers import run_sbuf
 from tests.hosts.model_stub import ModelStub, Reply, Request, codex_config
-from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox
+from tests.plugins.conftest import CAPTURE_MARKER, HOST_TIMEOUT_S, HostSandbox, assert_recalled, assert_reviewed_once
 
 CANDIDATE = {
     "title": "Magnetar deploy window",
@@ -52,18 +52,7 @@ def test_codex_recalls_before_the_prompt_and_captures_one_candidate(host_sandbox
     log = ran.stdout[-3000:] + ran.stderr[-3000:]
     assert ran.returncode == 0, log
     assert len(requests) >= 3, log
-    first = requests[0].text
-    assert "untrusted evidence from Stormbuffer" in first
-    assert box.record_id in first
-    assert '\\"receipt_id\\":\\"' in first
-    assert CAPTURE_MARKER not in first
-    assert CAPTURE_MARKER in requests[1].text
-    assert "Submit nothing for routine completion" in requests[1].text
-    assert "requires_approval" in requests[-1].text, "the memory_remember answer reaches the model"
+    assert_recalled(box, requests[0])
+    assert_reviewed_once(box, requests, before, "Magnetar deploy window")
     markers = list((box.base / "tmp").glob("stormbuffer-codex-*/*.candidate"))
     assert len(markers) == 1, "PostToolUse recognized the candidate write (the active stop leaves it unconsumed)"
-    new = [record for record in box.candidates() if record not in before]
-    assert len(new) == 1
-    shown = box.sbuf("show", new[0])
-    assert "Magnetar deploy window" in shown.stdout
-    assert json.dumps(CANDIDATE["body"])[1:-1] in shown.stdout

@@ -10,7 +10,16 @@ from tests import tools
 from tests.plugins.conftest import PLUGINS
 
 
-@pytest.mark.parametrize("package", ["codex-plugin-stormbuffer", "pi-plugin-stormbuffer"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "claude-plugin-stormbuffer",
+        "codex-plugin-stormbuffer",
+        "gemini-extension-stormbuffer",
+        "opencode-plugin-stormbuffer",
+        "pi-plugin-stormbuffer",
+    ],
+)
 def test_node_suite_passes(package: str) -> None:
     suites = sorted(str(path.relative_to(PLUGINS / package)) for path in (PLUGINS / package).glob("test/*.test.*"))
     assert suites

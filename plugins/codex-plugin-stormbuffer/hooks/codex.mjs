@@ -1,140 +1,26 @@
 #!/usr/bin/env node
 // Codex hook entry: `node codex.mjs prompt|post-tool|stop` reads one hook event on stdin and
 // prints exactly one JSON line; it always exits 0 and never throws, so a failing store never
-// blocks the host.
-import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+// blocks the host. Codex names the plugin's MCP tools `mcp__stormbuffer__<tool>` and gives every
+// event its turn id.
 import { pathToFileURL } from 'node:url';
 
-import { captureInstruction, recall, selectScope } from './lifecycle.mjs';
+import { createCommandHooks } from './command-hooks.mjs';
 
-export const MAX_EVENT_BYTES = 64 * 1024;
-export const RECALL_TIMEOUT_MS = 5000;
+export { MAX_EVENT_BYTES, RECALL_TIMEOUT_MS, containsSuccess, parseEvent } from './command-hooks.mjs';
+
 export const CANDIDATE_TOOL = /^mcp__stormbuffer__memory_(remember|update)$/;
 
-// Where tool results nest an envelope (`text` for MCP text content blocks).
-const NESTED_KEYS = ['structuredContent', 'structured_content', 'output', 'stdout', 'content', 'text'];
-
-const isObject = (value) => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/** The hook event in `raw`: an object, or null (too large, not JSON, not an object). */
-export function parseEvent(raw) {
-  if (typeof raw !== 'string' || Buffer.byteLength(raw) > MAX_EVENT_BYTES) return null;
-  try {
-    const event = JSON.parse(raw);
-    return isObject(event) ? event : null;
-  } catch {
-    return null;
-  }
-}
-
-function parsed(text) {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
-/** Whether `value` holds a successful `operation` envelope anywhere a tool result may put it. */
-export function containsSuccess(value, operation, depth = 0) {
-  if (depth > 8) return false;
-  if (Array.isArray(value)) return value.some((item) => containsSuccess(item, operation, depth + 1));
-  if (typeof value === 'string') {
-    const whole = parsed(value);
-    if (whole !== undefined && typeof whole !== 'string' && containsSuccess(whole, operation, depth + 1)) return true;
-    return value.split('\n').some((line) => {
-      const item = line.trim() === '' ? undefined : parsed(line);
-      return item !== undefined && typeof item !== 'string' && containsSuccess(item, operation, depth + 1);
-    });
-  }
-  if (!isObject(value)) return false;
-  if (value.ok === true && value.operation === operation) return true;
-  return NESTED_KEYS.some((key) => key in value && containsSuccess(value[key], operation, depth + 1));
-}
-
-/** The operation (`remember`/`update`) a successful candidate tool call performed, or null. */
-export function candidateWritten(event) {
-  if (!isObject(event) || typeof event.tool_name !== 'string') return null;
-  const match = CANDIDATE_TOOL.exec(event.tool_name);
-  if (match === null) return null;
-  return containsSuccess(event.tool_response, match[1]) ? match[1] : null;
-}
-
-/** The per-turn marker file, or null without a session and turn id. */
-export function markerPath(event, { tmpdir = os.tmpdir() } = {}) {
-  const { session_id: session, turn_id: turn } = isObject(event) ? event : {};
-  if (typeof session !== 'string' || session === '' || typeof turn !== 'string' || turn === '') return null;
-  const uid = typeof process.getuid === 'function' ? process.getuid() : 'user';
-  const name = createHash('sha256').update(`${session}\0${turn}`).digest('hex');
-  return path.join(tmpdir, `stormbuffer-codex-${uid}`, `${name}.candidate`);
-}
-
-/** Record that this turn already wrote a candidate. */
-export function markCandidate(event, options) {
-  const marker = markerPath(event, options);
-  if (marker === null) return false;
-  mkdirSync(path.dirname(marker), { recursive: true, mode: 0o700 });
-  closeSync(openSync(marker, 'w', 0o600));
-  return true;
-}
-
-/** Remove this turn's marker; whether there was one. */
-export function consumeCandidate(event, options) {
-  const marker = markerPath(event, options);
-  if (marker === null) return false;
-  try {
-    unlinkSync(marker);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-export async function promptHook(event, { timeoutMs = RECALL_TIMEOUT_MS, env = process.env } = {}) {
-  if (!isObject(event)) return {};
-  const cwd = typeof event.cwd === 'string' ? event.cwd : undefined;
-  const context = await recall(event.prompt, { scope: selectScope({ env, cwd }), env, cwd, timeoutMs });
-  return context === null ? {} : { hookSpecificOutput: { hookEventName: 'UserPromptSubmit', additionalContext: context } };
-}
-
-export function postToolHook(event, options) {
-  if (candidateWritten(event) !== null) markCandidate(event, options);
-  return {};
-}
-
-export function stopHook(event, { env = process.env, scope, ...options } = {}) {
-  if (!isObject(event) || event.stop_hook_active === true) return {};
-  if (consumeCandidate(event, options)) return {};
-  const cwd = typeof event.cwd === 'string' ? event.cwd : undefined;
-  return { decision: 'block', reason: captureInstruction(scope ?? selectScope({ env, cwd })) };
-}
-
-const HOOKS = { prompt: promptHook, 'post-tool': postToolHook, stop: stopHook };
-
-async function readStdin() {
-  const chunks = [];
-  let size = 0;
-  for await (const chunk of process.stdin) {
-    size += chunk.length;
-    if (size > MAX_EVENT_BYTES) return null;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-export async function main(name) {
-  let output = {};
-  try {
-    const hook = HOOKS[name];
-    if (hook !== undefined) output = (await hook(parseEvent(await readStdin()))) ?? {};
-  } catch {
-    output = {};
-  }
-  process.stdout.write(`${JSON.stringify(output)}\n`);
-}
+export const {
+  candidateWritten,
+  markerPath,
+  markCandidate,
+  consumeCandidate,
+  promptHook,
+  postToolHook,
+  stopHook,
+  main,
+} = createCommandHooks({ host: 'codex', candidateTool: CANDIDATE_TOOL });
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   await main(process.argv[2]);

@@ -1,5 +1,6 @@
 // Test fixtures shared by the Codex and Pi suites: temporary directories, a valid context
 // envelope, and fake `sbuf` executables that record their arguments and stdin.
+import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -89,4 +90,16 @@ process.stdin.on('end', () => {
     }
   };
   return { bin, calls };
+}
+
+/**
+ * Run a command-hook entry (`node <hook> <name>`) with `event` on stdin, as a host does; its one
+ * JSON output line, parsed. Throws unless it exits 0 with exactly one line.
+ */
+export function runHookProcess(hook, name, event, env = {}) {
+  const input = typeof event === 'string' ? event : JSON.stringify(event);
+  const done = spawnSync(process.execPath, [hook, name], { input, env: { ...process.env, ...env }, encoding: 'utf8' });
+  const lines = done.stdout.trim().split('\n');
+  if (done.status !== 0 || lines.length !== 1) throw new Error(`${name} hook: exit ${done.status}, ${done.stdout}`);
+  return JSON.parse(lines[0]);
 }

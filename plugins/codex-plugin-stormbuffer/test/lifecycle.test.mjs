@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -22,7 +21,7 @@ import {
   runInvocation,
   selectScope,
 } from '../hooks/lifecycle.mjs';
-import { contextResult, envelope, fakeSbuf, projectTree, tempDir } from './fixtures.mjs';
+import { contextResult, envelope, fakeSbuf, projectTree, runHookProcess, tempDir } from './fixtures.mjs';
 
 const HOOK = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'hooks', 'codex.mjs');
 const NO_SCOPE = {};
@@ -36,14 +35,7 @@ function running(pid) {
   }
 }
 
-function runHook(name, event, env = {}) {
-  const input = typeof event === 'string' ? event : JSON.stringify(event);
-  const done = spawnSync(process.execPath, [HOOK, name], { input, env: { ...process.env, ...env }, encoding: 'utf8' });
-  assert.equal(done.status, 0);
-  const lines = done.stdout.trim().split('\n');
-  assert.equal(lines.length, 1);
-  return JSON.parse(lines[0]);
-}
+const runHook = (name, event, env) => runHookProcess(HOOK, name, event, env);
 
 test('1: the nearest initialized project store selects project; an explicit scope wins', () => {
   const { nested } = projectTree();

@@ -1,0 +1,161 @@
+// The command-hook protocol that Codex, Claude Code and Gemini CLI share: each hook is a process
+// that reads one JSON event on stdin and prints one JSON line. The prompt hook (`UserPromptSubmit`,
+// Gemini's `BeforeAgent`) recalls into `additionalContext`; a successful Stormbuffer
+// `memory_remember`/`memory_update` (`PostToolUse`, `AfterTool`) leaves a per-turn marker file; the
+// stop hook (`Stop`, `AfterAgent`) consumes the marker, or without one blocks the stop once with the
+// capture instruction as its reason. Each host adapter only names its prompt event, its candidate
+// tools and how its events identify a turn.
+import { createHash } from 'node:crypto';
+import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { DEFAULT_TIMEOUT_MS, captureInstruction, recall, selectScope } from './lifecycle.mjs';
+
+export const MAX_EVENT_BYTES = 64 * 1024;
+export const RECALL_TIMEOUT_MS = DEFAULT_TIMEOUT_MS;
+
+// Where tool results nest an envelope (`text` for MCP text content blocks, `llmContent` and
+// `returnDisplay` for Gemini CLI's tool results).
+const NESTED_KEYS = ['structuredContent', 'structured_content', 'output', 'stdout', 'content', 'text', 'llmContent',
+  'returnDisplay'];
+
+const isObject = (value) => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isText = (value) => typeof value === 'string' && value !== '';
+
+/** The hook event in `raw`: an object, or null (too large, not JSON, not an object). */
+export function parseEvent(raw) {
+  if (typeof raw !== 'string' || Buffer.byteLength(raw) > MAX_EVENT_BYTES) return null;
+  try {
+    const event = JSON.parse(raw);
+    return isObject(event) ? event : null;
+  } catch {
+    return null;
+  }
+}
+
+function parsed(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `value` holds a successful `operation` envelope anywhere a tool result may put it. */
+export function containsSuccess(value, operation, depth = 0) {
+  if (depth > 8) return false;
+  if (Array.isArray(value)) return value.some((item) => containsSuccess(item, operation, depth + 1));
+  if (typeof value === 'string') {
+    const whole = parsed(value);
+    if (whole !== undefined && typeof whole !== 'string' && containsSuccess(whole, operation, depth + 1)) return true;
+    return value.split('\n').some((line) => {
+      const item = line.trim() === '' ? undefined : parsed(line);
+      return item !== undefined && typeof item !== 'string' && containsSuccess(item, operation, depth + 1);
+    });
+  }
+  if (!isObject(value)) return false;
+  if (value.ok === true && value.operation === operation) return true;
+  return NESTED_KEYS.some((key) => key in value && containsSuccess(value[key], operation, depth + 1));
+}
+
+/**
+ * The hooks of one host. `promptEvent` names the prompt hook's event; `candidateTool` matches the
+ * host's names for the Stormbuffer `memory_remember`/`memory_update` tools (group 1: the
+ * operation); `turnOf(event)` is the turn id (null: none); markers live in
+ * `<tmpdir>/stormbuffer-<host>-<uid>/`.
+ */
+export function createCommandHooks({
+  host,
+  promptEvent = 'UserPromptSubmit',
+  candidateTool,
+  turnOf = (event) => event.turn_id,
+}) {
+  /** The operation (`remember`/`update`) a successful candidate tool call performed, or null. */
+  function candidateWritten(event) {
+    if (!isObject(event) || typeof event.tool_name !== 'string') return null;
+    const match = candidateTool.exec(event.tool_name);
+    if (match === null) return null;
+    return containsSuccess(event.tool_response, match[1]) ? match[1] : null;
+  }
+
+  /** The per-turn marker file, or null without a session and turn id. */
+  function markerPath(event, { tmpdir = os.tmpdir() } = {}) {
+    if (!isObject(event)) return null;
+    const session = event.session_id;
+    const turn = turnOf(event);
+    if (!isText(session) || !isText(turn)) return null;
+    const uid = typeof process.getuid === 'function' ? process.getuid() : 'user';
+    const name = createHash('sha256').update(`${session}\0${turn}`).digest('hex');
+    return path.join(tmpdir, `stormbuffer-${host}-${uid}`, `${name}.candidate`);
+  }
+
+  /** Record that this turn already wrote a candidate. */
+  function markCandidate(event, options) {
+    const marker = markerPath(event, options);
+    if (marker === null) return false;
+    mkdirSync(path.dirname(marker), { recursive: true, mode: 0o700 });
+    closeSync(openSync(marker, 'w', 0o600));
+    return true;
+  }
+
+  /** Remove this turn's marker; whether there was one. */
+  function consumeCandidate(event, options) {
+    const marker = markerPath(event, options);
+    if (marker === null) return false;
+    try {
+      unlinkSync(marker);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** A new prompt starts a turn: drop a marker left from an earlier one, then recall. */
+  async function promptHook(event, { timeoutMs = RECALL_TIMEOUT_MS, env = process.env, ...options } = {}) {
+    if (!isObject(event)) return {};
+    consumeCandidate(event, options);
+    const cwd = typeof event.cwd === 'string' ? event.cwd : undefined;
+    const context = await recall(event.prompt, { scope: selectScope({ env, cwd }), env, cwd, timeoutMs });
+    return context === null ? {} : { hookSpecificOutput: { hookEventName: promptEvent, additionalContext: context } };
+  }
+
+  function postToolHook(event, options) {
+    if (candidateWritten(event) !== null) markCandidate(event, options);
+    return {};
+  }
+
+  function stopHook(event, { env = process.env, scope, ...options } = {}) {
+    if (!isObject(event) || event.stop_hook_active === true) return {};
+    if (consumeCandidate(event, options)) return {};
+    const cwd = typeof event.cwd === 'string' ? event.cwd : undefined;
+    return { decision: 'block', reason: captureInstruction(scope ?? selectScope({ env, cwd })) };
+  }
+
+  const hooks = { prompt: promptHook, 'post-tool': postToolHook, stop: stopHook };
+
+  /** Run hook `name` on the event on stdin; print exactly one JSON line, never throw. */
+  async function main(name) {
+    let output = {};
+    try {
+      const hook = hooks[name];
+      if (hook !== undefined) output = (await hook(parseEvent(await readStdin()))) ?? {};
+    } catch {
+      output = {};
+    }
+    process.stdout.write(`${JSON.stringify(output)}\n`);
+  }
+
+  return { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main };
+}
+
+async function readStdin() {
+  const chunks = [];
+  let size = 0;
+  for await (const chunk of process.stdin) {
+    size += chunk.length;
+    if (size > MAX_EVENT_BYTES) return null;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
