@@ -97,7 +97,7 @@ def _define() -> Tables:
         Column("text", Text, nullable=False),
         Column("embed_text", Text, nullable=False),
         Column("retrieval_text", Text, nullable=False),
-        Column("token_count", Integer, nullable=False),  # model tokens of embed_text
+        Column("token_count", Integer, nullable=False),  # model tokens of embed_text (0 past the vector cap)
         Column("word_count", Integer, nullable=False),  # whitespace words of text
         Column("embed_hash", Text, nullable=False),  # sha256 of embed_text
         UniqueConstraint("record_id", "ordinal"),
@@ -167,6 +167,7 @@ VERIFY = "verify"  # JSON path → sha256 of files a write stored with a stat ta
 VECTOR_GENERATION = "vector_generation"  # generation the vector matrix files describe
 VECTOR_MODEL = "vector_model"  # JSON: model_id, model_version, model_checksum, dimension
 VECTOR_FILES = "vector_files"  # JSON: matrix token and scope names of the current matrix files
+VECTOR_PENDING = "vector_pending"  # texts that should have vectors and have none yet (absent: none)
 
 
 # ---- engines ---------------------------------------------------------------------------------
@@ -247,8 +248,9 @@ def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite
     is an error, not a new database."""
     conn = sqlite3.connect(f"file:{path}?mode={'rwc' if create else 'rw'}", uri=True, check_same_thread=False,
                            isolation_level=None)  # fmt: skip
-    pragmas = ("busy_timeout = 5000", *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL")
-                                        if writer else ()))  # fmt: skip
+    # `auto_vacuum` only takes on a database without tables, and before WAL (see `give_back_space`).
+    pragmas = ("busy_timeout = 5000", *(("auto_vacuum = INCREMENTAL",) if create and writer else ()),
+               *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL") if writer else ()))  # fmt: skip
     try:
         for pragma in pragmas:
             conn.execute(f"PRAGMA {pragma}")
@@ -292,6 +294,27 @@ def create_schema(conn: Connection) -> None:
     conn.exec_driver_sql(f"PRAGMA user_version = {PROJECTION_VERSION}")
 
 
+INCREMENTAL_VACUUM = 2  # `PRAGMA auto_vacuum` of a projection that gives space back without a rebuild
+GIVE_BACK_PAGES = 256  # free pages beyond which a write gives them back to the file system at once
+
+
+def give_back_space(conn: sqlite3.Connection, *, at_least: int = GIVE_BACK_PAGES) -> None:
+    """Return the projection's free pages (rows deleted by a forget, a sync or a vector refresh) to the
+    file system when there are at least `at_least`, outside any transaction. Projections made since
+    `auto_vacuum` was set do it page by page (`incremental_vacuum`, a short write); readers in WAL mode
+    keep reading their snapshot meanwhile. Older ones keep their free pages until `sbuf gc` rebuilds them."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL_VACUUM:
+        return
+    if conn.execute("PRAGMA freelist_count").fetchone()[0] >= max(at_least, 1):
+        conn.executescript("PRAGMA incremental_vacuum;")  # stepped to the end (`execute` frees one page)
+
+
+def free_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes of the projection's free pages (what `give_back_space` or a vacuum would return)."""
+    pages = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
 # ---- settings ------------------------------------------------------------------------------
 
 
@@ -309,6 +332,11 @@ def set_settings(conn: sqlite3.Connection, values: dict[str, str]) -> None:
         "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         list(values.items()),
     )
+
+
+def pending_vectors(settings: dict[str, str]) -> int:
+    """How many texts the projection's last vector refresh left without vectors (`VECTOR_PENDING`)."""
+    return int(settings.get(VECTOR_PENDING) or 0)
 
 
 def model_identity(model: Any) -> str:
@@ -349,17 +377,19 @@ def stored_settings(paths: StorePaths) -> tuple[Path, dict[str, str]] | None:
 
 
 def describe(paths: StorePaths) -> dict[str, Any]:
-    """`index_version`, `embedding_version` and `last_sync` of a store's projection (None when absent).
+    """`index_version`, `embedding_version`, `last_sync` of a store's projection (None when absent)
+    and `vectors_pending`, the texts still waiting for vectors (0 when absent).
 
     Opens nothing for writing and creates no file or directory.
     """
     stored = stored_settings(paths)
     if stored is None:
-        return {"index_version": None, "embedding_version": None, "last_sync": None}
+        return {"index_version": None, "embedding_version": None, "last_sync": None, "vectors_pending": 0}
     settings = stored[1]
     model = json.loads(settings[VECTOR_MODEL]) if VECTOR_MODEL in settings else None
     return {
         "index_version": PROTOCOL_INDEX_VERSION,  # the number receipts report, not the layout on disk
         "embedding_version": model["model_version"] if model else None,
         "last_sync": settings.get(LAST_SYNC),
+        "vectors_pending": pending_vectors(settings),
     }
