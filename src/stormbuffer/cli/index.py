@@ -301,6 +301,9 @@ def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | No
         [(f"records/{name}" if store == paths else f"records/{name} (global store)", why)
          for store, name, why in ready.invalid_files]
     )  # fmt: skip
+    if ready.fallback == "vector_projection_incomplete":
+        click.echo("note: some passages are still waiting for vectors and are found by their words only "
+                   f"(`sbuf {cli.scope_flag} sync` embeds them)", err=True)  # fmt: skip
     return stores, ready.embedder, ready.fallback
 
 

@@ -16,7 +16,6 @@ for explicitly (`include_models`).
 from __future__ import annotations
 
 import os
-import sqlite3
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +65,7 @@ def gc_store(
                 found[label].unlink(missing_ok=True)
                 report.removed += 1
             if index_path is not None and not include_index:
-                _compact(index_path)
+                pj.give_back_space_of(index_path, thorough=True)
     return report
 
 
@@ -83,24 +82,6 @@ def _free_bytes(index_path: Path) -> int:
             return pj.free_bytes(conn)
     except IndexUnavailable:
         return 0
-
-
-def _compact(index_path: Path) -> None:
-    """Give the projection's free pages back and truncate its write-ahead log (see the module's docstring)."""
-    try:
-        conn = pj.connect(index_path, writer=True)
-    except sqlite3.Error:
-        return
-    try:
-        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != pj.INCREMENTAL_VACUUM:
-            conn.execute(f"PRAGMA auto_vacuum = {pj.INCREMENTAL_VACUUM}")
-            conn.execute("VACUUM")
-        pj.give_back_space(conn, at_least=1)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    except sqlite3.Error:
-        pass  # busy or unreadable: the pages stay free and are reused by the next writes
-    finally:
-        conn.close()
 
 
 def _candidates(paths: StorePaths, include_index: bool, include_models: bool) -> dict[str, Path]:

@@ -309,6 +309,28 @@ def give_back_space(conn: sqlite3.Connection, *, at_least: int = GIVE_BACK_PAGES
         conn.executescript("PRAGMA incremental_vacuum;")  # stepped to the end (`execute` frees one page)
 
 
+def give_back_space_of(path: Path, *, thorough: bool = False) -> None:
+    """`give_back_space` on the projection file at `path`, for a caller holding the projection lock.
+    `thorough` (`sbuf gc`): every free page, a projection made before incremental mode switched to it
+    by one `VACUUM` (a WAL write too), and the write-ahead log truncated. A busy or unreadable file is
+    left as it is: its free pages are reused by the next writes."""
+    try:
+        conn = connect(path, writer=True)
+    except sqlite3.Error:
+        return
+    try:
+        if thorough and conn.execute("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL_VACUUM:
+            conn.execute(f"PRAGMA auto_vacuum = {INCREMENTAL_VACUUM}")
+            conn.execute("VACUUM")
+        give_back_space(conn, at_least=1 if thorough else GIVE_BACK_PAGES)
+        if thorough:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error:
+        pass
+    finally:
+        conn.close()
+
+
 def free_bytes(conn: sqlite3.Connection) -> int:
     """Bytes of the projection's free pages (what `give_back_space` or a vacuum would return)."""
     pages = conn.execute("PRAGMA freelist_count").fetchone()[0]

@@ -197,7 +197,7 @@ def sync_scanned(
         report.rebuilt = rebuilt
     finally:
         engine.dispose()
-    _give_back_space(paths.index_path)
+    pj.give_back_space_of(paths.index_path)
     return report
 
 
@@ -217,7 +217,7 @@ def refresh_vectors(
             report.rebuilt = rebuilt
         finally:
             engine.dispose()
-        _give_back_space(paths.index_path)
+        pj.give_back_space_of(paths.index_path)
         return report
 
 
@@ -451,20 +451,6 @@ def _open_for_writing(path: Path) -> tuple[Engine, bool]:
         raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE) from exc
     vector_files.remove_except(path, None)
     return engine, rebuilt
-
-
-def _give_back_space(index_path: Path) -> None:
-    """`pj.give_back_space` on the projection a sync just wrote (the caller holds the projection lock)."""
-    try:
-        conn = pj.connect(index_path, writer=True)
-    except sqlite3.Error:
-        return
-    try:
-        pj.give_back_space(conn)
-    except sqlite3.Error:
-        pass  # the pages stay free in the file and are reused by the next writes
-    finally:
-        conn.close()
 
 
 def _remove_sidecars(path: Path) -> None:
@@ -751,6 +737,10 @@ class _Sync:
             conn.execute(delete(t.released))
             settings = pj.get_settings(pj.driver_connection(conn))
             token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
+            if previous is not None and settings.get(pj.VECTOR_GENERATION) == settings[pj.GENERATION]:
+                # more vectors for the same generation (a backlog's step): a name of their own
+                (count,) = pj.driver_connection(conn).execute("SELECT count(*) FROM vectors").fetchone()
+                token = f"{token}.{count}"
             self.layout = self._write_matrix(conn, embedder.dimension, token, previous)
             pj.set_settings(pj.driver_connection(conn), {
                 pj.VECTOR_GENERATION: settings[pj.GENERATION],

@@ -148,6 +148,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
+    without_vectors: set[tuple[str, int]] = set()  # lexical candidates past the vector cap or still waiting
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
     with ExitStack() as stack:
         snapshots = [stack.enter_context(_snapshot(paths)) for paths in stores]
@@ -174,6 +175,10 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
                     semantic += with_sentences(near, vector, blobs)
                     semantic += [hit for hit in weighed if hit.chunk not in known]
                     lexical += own
+                    weighed_chunks = {hit.chunk for hit in weighed}
+                    without_vectors.update(
+                        (hit.record_id, hit.ordinal) for hit in own if hit.chunk not in weighed_chunks
+                    )
             finally:
                 pending.cancel()
     lexical.sort(key=by_score)
@@ -181,7 +186,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     limit = options.bounded_limit
     if hybrid:
         time = timeref.parse(query, options.now or datetime.now(UTC))
-        hits = fuse(lexical, semantic, options.current_scope, limit, time)
+        hits = fuse(lexical, semantic, options.current_scope, limit, time, frozenset(without_vectors))
     else:
         hits = _one_per_record(semantic)[:limit]
     incomplete = any(pj.pending_vectors(snapshot.settings) for snapshot in snapshots)
