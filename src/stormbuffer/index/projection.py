@@ -400,18 +400,31 @@ def stored_settings(paths: StorePaths) -> tuple[Path, dict[str, str]] | None:
 
 def describe(paths: StorePaths) -> dict[str, Any]:
     """`index_version`, `embedding_version`, `last_sync` of a store's projection (None when absent)
-    and `vectors_pending`, the texts still waiting for vectors (0 when absent).
+    and `vectors_pending`, the texts still waiting for vectors of the model in use, counted now (0
+    when absent or when no model has made vectors yet).
 
     Opens nothing for writing and creates no file or directory.
     """
-    stored = stored_settings(paths)
-    if stored is None:
-        return {"index_version": None, "embedding_version": None, "last_sync": None, "vectors_pending": 0}
-    settings = stored[1]
+    from .chunking import VECTOR_CHUNKS
+
+    absent = {"index_version": None, "embedding_version": None, "last_sync": None, "vectors_pending": 0}
+    path = existing_index_path(paths)
+    if path is None:
+        return absent
+    try:
+        with reading(path) as conn:
+            settings = get_settings(conn)
+            (pending,) = conn.execute(
+                "SELECT count(DISTINCT c.embed_hash) FROM chunks AS c LEFT JOIN vectors AS v "
+                "ON v.embed_hash = c.embed_hash WHERE c.ordinal < ? AND v.embed_hash IS NULL",
+                (VECTOR_CHUNKS,),
+            ).fetchone()
+    except IndexUnavailable:
+        return absent
     model = json.loads(settings[VECTOR_MODEL]) if VECTOR_MODEL in settings else None
     return {
         "index_version": PROTOCOL_INDEX_VERSION,  # the number receipts report, not the layout on disk
         "embedding_version": model["model_version"] if model else None,
         "last_sync": settings.get(LAST_SYNC),
-        "vectors_pending": pending_vectors(settings),
+        "vectors_pending": int(pending) if model else 0,
     }
