@@ -58,7 +58,7 @@ class Degraded(BaseModel):
 
 class SemanticFallback(StrEnum):
     """
-    Reason for a lexical fallback.
+    Reason for a lexical fallback (vector_projection_incomplete: a partial one, see semantic_fallback).
     """
 
     intentionally_unavailable = "intentionally_unavailable"
@@ -66,6 +66,7 @@ class SemanticFallback(StrEnum):
     embedder_initialization_failed = "embedder_initialization_failed"
     vector_projection_unavailable = "vector_projection_unavailable"
     vector_projection_busy = "vector_projection_busy"
+    vector_projection_incomplete = "vector_projection_incomplete"
     embedding_execution_failed = "embedding_execution_failed"
 
 
@@ -143,7 +144,7 @@ class Receipt(BaseModel):
     """
     semantic_fallback: SemanticFallback | None
     """
-    Why retrieval fell back to lexical matching; null when semantic retrieval was used.
+    Why retrieval fell back to lexical matching; null when semantic retrieval was used. With retrieval_mode hybrid it can only be vector_projection_incomplete: some chunks were still waiting for vectors and were matched lexically only.
     """
     retrieval_mode: Annotated[RetrievalMode, Field(title="RetrievalMode")]
     """

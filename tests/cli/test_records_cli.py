@@ -167,7 +167,7 @@ def test_status_of_an_uninitialized_store(sandbox: Sandbox) -> None:
         f"Root: {sandbox.project_root.resolve()}",
         "State: not initialized",
     ]
-    assert lines[4] == "Records: 0" and lines[-1] == "Last sync: never"
+    assert lines[4] == "Records: 0" and lines[-2:] == ["Last sync: never", "Vectors: complete"]
     report = json.loads(ok(sandbox.sbuf("--local", "status", "--json")))
     assert (report["view"], report["scope"], report["initialized"]) == ("strict local", "local", False)
     assert report["visibility"] is None and report["project_id"] is None and report["index_version"] is None
@@ -190,8 +190,9 @@ def test_status_reports_identity_counts_and_disk_usage(sandbox: Sandbox) -> None
     assert list(report) == sorted(report)
     assert set(report) == {
         "disk_usage", "embedding_version", "index_version", "initialized", "last_successful_sync", "lifecycle",
-        "project_id", "project_name", "record_count", "root", "scope", "view", "visibility",
+        "project_id", "project_name", "record_count", "root", "scope", "vectors_pending", "view", "visibility",
     }  # fmt: skip
+    assert isinstance(report["vectors_pending"], int) and report["disk_usage"]["reclaimable_bytes"] >= 0
     assert report["lifecycle"] == {"active": 1, "archived": 1, "candidate": 1, "superseded": 1}
     assert report["record_count"] == 4
     assert (report["initialized"], report["visibility"], report["project_name"]) == (True, "private", "project")
@@ -212,7 +213,9 @@ def test_status_reports_identity_counts_and_disk_usage(sandbox: Sandbox) -> None
     assert ["Records: 4", "Candidates: 1", "Active: 1", "Superseded: 1", "Archived: 1"] == lines[7:12]
     assert lines[12] == f"Canonical disk: {canonical} bytes"
     assert lines[13] == f"Disposable disk: {disposable} bytes"
-    assert [line.split(":")[0] for line in lines[14:]] == ["Index version", "Embedding version", "Last sync"]
+    assert [line.split(":")[0] for line in lines[14:]] == [
+        "Reclaimable disk", "Index version", "Embedding version", "Last sync", "Vectors",
+    ]  # fmt: skip
 
 
 def test_global_status_json(sandbox: Sandbox) -> None:

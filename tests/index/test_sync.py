@@ -275,7 +275,8 @@ def test_reindex_failure_keeps_the_previous_projection(store: StorePaths) -> Non
 
 def test_describe_reports_versions_without_creating_anything(tmp_path: Path) -> None:
     paths = make_store(tmp_path, View.GLOBAL)
-    assert pj.describe(paths) == {"index_version": None, "embedding_version": None, "last_sync": None}
+    assert pj.describe(paths) == {"index_version": None, "embedding_version": None, "last_sync": None,
+                                  "vectors_pending": 0}  # fmt: skip
     assert not paths.cache_dir.exists()
     write_record(paths, "Global", "Global memory body.")
     sync_store(paths)

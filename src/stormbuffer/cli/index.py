@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 MIN_WATCH_INTERVAL_MS = 50
 PROGRESS_THRESHOLD = 50  # files or texts below which no progress bar is drawn
+LINE_EVERY_S = 2.0  # off a terminal, a long sync prints where it is on stderr this often
 # A hit found by its vector alone is shown to people only this close to the query (Euclidean distance
 # of unit vectors, `sqrt(2 - 2 cos)`: 1.25 is a cosine of about 0.22). Unrelated text lies farther.
 VECTOR_ONLY_MAX_DISTANCE = 1.25
@@ -79,6 +80,7 @@ def watch(once: bool, interval_ms: int) -> None:
     """Without --once, syncs until interrupted. Ctrl-C ends it quietly (exit 0): at once between cycles, after
     the running sync during one (a second Ctrl-C stops that sync too; the next sync does the rest)."""
     from ..core.errors import IndexBusy
+    from ..index.backlog import STEP
     from ..index.sync import sync_store
 
     paths = _initialized_store("could not watch the store")
@@ -91,23 +93,27 @@ def watch(once: bool, interval_ms: int) -> None:
         fail_on_invalid_records(report.invalid_files)
         return
     reported: list[tuple[str, str]] = []
+    said = 0.0
     with _interrupted_between_cycles() as state:
         while not state.stopping:
             cycle: SyncReport | None
             state.syncing = True
             try:
                 with failing("could not sync the index"):
-                    try:
-                        cycle = sync_store(paths, embedder)
+                    try:  # a backlog is embedded a step per cycle, so that record changes are seen meanwhile
+                        cycle = sync_store(paths, embedder, embed_limit=STEP)
                     except IndexBusy:  # another process is syncing this store: try again next cycle
                         cycle = None
             finally:
                 state.syncing = False
+            if cycle is not None and cycle.pending and time.monotonic() - said >= LINE_EVERY_S:
+                said = time.monotonic()
+                click.echo(f"Embedding: {cycle.pending} texts left", err=True)
             if cycle is not None and cycle.invalid_files != reported:
                 for name, reason in cycle.invalid_files:
                     click.echo(f"warning: invalid canonical record {name}: {reason}", err=True)
                 reported = cycle.invalid_files
-            if not state.stopping:
+            if not state.stopping and not (cycle is not None and cycle.pending):
                 time.sleep(interval)
 
 
@@ -159,9 +165,11 @@ def reindex() -> None:
 
 @contextmanager
 def sync_progress() -> Iterator[Progress | None]:
-    """Progress bars on a terminal's stderr with records, chunks and embeddings per second; None otherwise."""
+    """Progress bars on a terminal's stderr with records, chunks and embeddings per second; elsewhere a
+    line on stderr at most every `LINE_EVERY_S` seconds while the work goes on."""
     if not sys.stderr.isatty():
-        yield None
+        with _progress_lines() as update:
+            yield update
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -186,6 +194,33 @@ def sync_progress() -> Iterator[Progress | None]:
             bars.update(tasks[phase], completed=done, total=total, rate=rate)
 
         yield update
+
+
+@contextmanager
+def _progress_lines() -> Iterator[Progress]:
+    """`Progress` for a pipe or a log: every `LINE_EVERY_S` seconds while the work runs, once a phase
+    has started, a line on stderr with its latest count (a quick sync prints nothing)."""
+    import threading
+
+    started = time.monotonic()
+    latest: list[str] = []
+    done = threading.Event()
+
+    def update(phase: str, count: int, total: int, _report: SyncReport) -> None:
+        latest[:] = [f"{phase.capitalize()}: {count}/{total}"]
+
+    def tick() -> None:
+        while not done.wait(LINE_EVERY_S):
+            if latest:
+                click.echo(f"{latest[0]} ({time.monotonic() - started:.0f} s)", err=True)
+
+    ticker = threading.Thread(target=tick, name="stormbuffer-progress-lines", daemon=True)
+    ticker.start()
+    try:
+        yield update
+    finally:
+        done.set()
+        ticker.join()
 
 
 # ---- doctor, gc ---------------------------------------------------------------------------------
@@ -266,6 +301,9 @@ def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | No
         [(f"records/{name}" if store == paths else f"records/{name} (global store)", why)
          for store, name, why in ready.invalid_files]
     )  # fmt: skip
+    if ready.fallback == "vector_projection_incomplete":
+        click.echo("note: some passages are still waiting for vectors and are found by their words only "
+                   f"(`sbuf {cli.scope_flag} sync` embeds them)", err=True)  # fmt: skip
     return stores, ready.embedder, ready.fallback
 
 

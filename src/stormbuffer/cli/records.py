@@ -195,9 +195,20 @@ def status(as_json: bool) -> None:
         ("Archived", str(lifecycle["archived"])),
         ("Canonical disk", f"{disk['canonical_bytes']} bytes"),
         ("Disposable disk", f"{disk['disposable_bytes']} bytes"),
+        (
+            "Reclaimable disk",
+            f"{disk['reclaimable_bytes']} bytes" + (" (`sbuf gc` gives it back)" if disk["reclaimable_bytes"] else ""),
+        ),
         ("Index version", "unavailable" if report["index_version"] is None else str(report["index_version"])),
         ("Embedding version", report["embedding_version"] or "unavailable"),
         ("Last sync", report["last_successful_sync"] or "never"),
+        (
+            "Vectors",
+            f"{report['vectors_pending']} texts waiting to be embedded (the daemon, `sbuf sync` or "
+            "`sbuf watch` embeds them)"
+            if report["vectors_pending"]
+            else "complete",
+        ),
     ]
     for name, value in lines:
         click.echo(out.field(name, value))
@@ -216,6 +227,7 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         records, invalid = Repository(paths).listing()
         for record in records:
             lifecycle[record.status] += 1
+    from ..index.gc import reclaimable_bytes
     from ..index.projection import describe
 
     index = describe(paths)
@@ -223,6 +235,7 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "disk_usage": {
             "canonical_bytes": usage.canonical_bytes(paths),
             "disposable_bytes": usage.disposable_bytes(paths),
+            "reclaimable_bytes": reclaimable_bytes(paths) if config is not None else 0,
         },
         "embedding_version": index["embedding_version"],
         "index_version": index["index_version"],
@@ -234,6 +247,7 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
         "record_count": sum(lifecycle.values()),
         "root": str(paths.root),
         "scope": cli.view.value,
+        "vectors_pending": index["vectors_pending"],
         "view": cli.view.description,
         "visibility": config.visibility if config else None,
     }

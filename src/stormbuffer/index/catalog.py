@@ -134,6 +134,7 @@ class Catalog:
                 pj.VERIFY: json.dumps(pending),
             })  # fmt: skip
             conn.execute("COMMIT")
+            pj.give_back_space(conn)  # a forgotten large record's pages
         finally:
             if conn.in_transaction:
                 conn.rollback()

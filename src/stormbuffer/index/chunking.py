@@ -33,6 +33,11 @@ Departures from the plain structural rules, on purpose:
    words (keeping the original spacing inside each piece).
 5. A closing fence line ends the fenced section; text right after it starts a new section.
 
+6. Vector cap. Only the first ``exact_chunks`` chunks are fitted to the token limit (the ones that
+   get vectors, ``VECTOR_CHUNKS`` in a projection); the rest of a long body is cut by words alone
+   (``max_words``, at line boundaries), with no tokenizer call: those chunks are searched lexically
+   only, and cutting them costs time linear in their length.
+
 No chunk is empty or whitespace-only. ``word_count`` is the number of whitespace-separated words
 in the chunk text.
 
@@ -55,6 +60,8 @@ MAX_WORDS = 160
 MIN_TEXT_TOKENS = 32
 HEADING_SEPARATOR = " / "
 SENTENCE_WORDS = 20
+VECTOR_CHUNKS = 32  # chunks of one record that get vectors; later ones are searched lexically only
+LEXICAL_CHARS = 4096  # longest chunk past the vector cap
 
 _HEADING = re.compile(r"(#{1,6})\s(.*)")
 _CLOSING_HASHES = re.compile(r"(?:^|\s)#+$")
@@ -82,16 +89,35 @@ def chunk_body(
     count_tokens: Callable[[str], int],
     max_tokens: int = MAX_TOKENS,
     max_words: int = MAX_WORDS,
+    exact_chunks: int | None = None,
 ) -> list[Chunk]:
-    """Chunks of ``body`` in order, each with an embedding text of at most ``max_tokens`` tokens."""
+    """Chunks of ``body`` in order; each of the first ``exact_chunks`` (all when None) has an
+    embedding text of at most ``max_tokens`` tokens, the later ones are cut by words alone."""
     if max_tokens < 1 or max_words < 1:
         raise ValueError("max_tokens and max_words must be positive")
     budget = _TokenBudget(count_tokens, max_tokens)
     chunks: list[Chunk] = []
     for heading, text in _word_chunks(_sections(body), max_words):
-        for piece, embed_text in _fit_chunk(title, heading, text, budget):
-            chunks.append(Chunk(len(chunks), heading, piece, embed_text, len(piece.split())))
+        if exact_chunks is None or len(chunks) < exact_chunks:
+            most = None if exact_chunks is None else exact_chunks - len(chunks)
+            fitted, rest = _fit_chunk(title, heading, text, budget, most)
+            for piece, embed_text in fitted:
+                chunks.append(Chunk(len(chunks), heading, piece, embed_text, len(piece.split())))
+            text = text[rest:]
+        for piece in _lexical_pieces(text, max_words):
+            chunks.append(Chunk(len(chunks), heading, piece, _embed_prefix(title, heading) + piece, len(piece.split())))
     return chunks
+
+
+def _lexical_pieces(text: str, max_words: int) -> Iterator[str]:
+    """``text`` cut by words alone (chunks past the vector cap), each piece at most
+    ``LEXICAL_CHARS`` characters (a giant word is sliced)."""
+    for piece in _split_by_words(text, max_words):
+        piece = piece.strip("\n")
+        for start in range(0, len(piece), LEXICAL_CHARS):
+            part = piece[start : start + LEXICAL_CHARS]
+            if part.strip():
+                yield part
 
 
 def sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
@@ -275,6 +301,9 @@ def _split_by_words(text: str, max_words: int) -> Iterator[str]:
 # --- Token cap ----------------------------------------------------------------------------------
 
 
+_WORDS_FIRST = 8  # characters per token beyond which a text's words are counted before its tokens
+
+
 class _TokenBudget:
     """Memoised token counts against one limit."""
 
@@ -289,21 +318,27 @@ class _TokenBudget:
         return self._counts[text]
 
     def fits(self, text: str, limit: int | None = None) -> bool:
-        return self.count(text) <= (self.max_tokens if limit is None else limit)
+        limit = self.max_tokens if limit is None else limit
+        if len(text) > _WORDS_FIRST * limit and len(text.split()) + 2 > limit:
+            return False  # every word is a token at least: a long text is not handed to the tokenizer
+        return self.count(text) <= limit
 
 
 def _embed_prefix(title: str, heading: str | None) -> str:
     return f"{title}\n{heading}\n" if heading else f"{title}\n"
 
 
-def _fit_chunk(title: str, heading: str | None, text: str, budget: _TokenBudget) -> list[tuple[str, str]]:
-    """``(text, embedding text)`` pairs covering ``text``, each embedding text within the budget."""
+def _fit_chunk(
+    title: str, heading: str | None, text: str, budget: _TokenBudget, most: int | None = None
+) -> tuple[list[tuple[str, str]], int]:
+    """``(text, embedding text)`` pairs covering ``text`` (at most ``most`` of them), each embedding
+    text within the budget, and the offset in ``text`` where the pairs stop covering it."""
     embed_text = _embed_prefix(title, heading) + text
     if budget.fits(embed_text):
-        return [(text, embed_text)]
+        return [(text, embed_text)], len(text)
     prefix = _fitted_prefix(title, heading, budget)
-    pieces = _split_to_fit(text, lambda piece: budget.fits(prefix + piece))
-    return [(piece, prefix + piece) for piece in pieces]
+    pieces, rest = _split_to_fit(text, lambda piece: budget.fits(prefix + piece), most)
+    return [(piece, prefix + piece) for piece in pieces], rest
 
 
 def _fitted_prefix(title: str, heading: str | None, budget: _TokenBudget) -> str:
@@ -351,8 +386,9 @@ def _longest_fit(limit: int, fits: Callable[[int], bool], guess: int = 1) -> int
     return good
 
 
-def _split_to_fit(text: str, fits: Callable[[str], bool]) -> list[str]:
-    """Verbatim slices of ``text`` covering all its non-whitespace, each accepted by ``fits``.
+def _split_to_fit(text: str, fits: Callable[[str], bool], most: int | None = None) -> tuple[list[str], int]:
+    """Verbatim slices of ``text`` covering all its non-whitespace, each accepted by ``fits``; with
+    ``most``, only that many, and the offset where the text they leave begins.
 
     Works on spans: non-blank lines at first; a span that does not fit on its own is replaced by
     its words, and a single word by consecutive slices that fit. Each piece takes as many
@@ -367,7 +403,7 @@ def _split_to_fit(text: str, fits: Callable[[str], bool]) -> list[str]:
     spans.reverse()
     pieces: list[str] = []
     guess = 1  # pieces tend to take as many spans as the previous one
-    while spans:
+    while spans and (most is None or len(pieces) < most):
         count = _longest_fit(len(spans), lambda n: fits(text[spans[-1][0] : spans[-n][1]]), guess)
         if count == 0:
             spans.extend(reversed(_refine(text, spans.pop(), fits)))
@@ -376,7 +412,7 @@ def _split_to_fit(text: str, fits: Callable[[str], bool]) -> list[str]:
         pieces.append(text[spans[-1][0] : spans[-count][1]])
         del spans[-count:]
         guess = count
-    return pieces
+    return pieces, spans[-1][0] if spans else len(text)
 
 
 def _refine(text: str, span: tuple[int, int], fits: Callable[[str], bool]) -> list[tuple[int, int]]:

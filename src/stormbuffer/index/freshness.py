@@ -35,6 +35,9 @@ per store, and runs that full check only when something may have changed:
   `RECHECK_S` seconds bounds how long such a change stays unseen. A background thread scans the
   files every half of that bound and, when the scan agrees with what the watcher reported, spares
   the next read or write the full scan of a large store.
+- A read's sync embeds the texts still without vectors when there are at most `READ_EMBED_LIMIT`
+  (a note just added); more are a backlog: it embeds none, starts the store's `Backlog` thread and
+  answers at once from what exists.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ from typing import TYPE_CHECKING
 from ..core.errors import IndexBusy, StoreError
 from ..core.stores import StorePaths, record_scope
 from . import projection as pj
-from .sync import Embedder, SyncReport, projection_lock
+from .backlog import Backlog
+from .sync import READ_EMBED_LIMIT, Embedder, SyncReport, projection_lock
 from .watched import ProjectionConnection, WatchedFiles
 
 if TYPE_CHECKING:
@@ -183,6 +187,7 @@ class StoreFreshness:
         self.files = WatchedFiles(paths, recheck_s=recheck_s, clock=clock)
         self.write_connection = ProjectionConnection(paths)  # for writes, which hold the mutation lock
         self._read_connection = ProjectionConnection(paths)  # for checks, which hold `_lock`
+        self.backlog = Backlog(paths)
         self._watch()
         self._stopping = threading.Event()
         threading.Thread(target=self._verify_in_background, name="stormbuffer-recheck", daemon=True).start()
@@ -208,7 +213,9 @@ class StoreFreshness:
             report = self._check(watcher, embedder)
             if started is not None and report.complete and report.vector_failure is None:
                 self._synced = self._after_sync(started, model)
-            return report
+        if report.pending and embedder is not None:
+            self.backlog.start(embedder)
+        return report
 
     def current_watcher(self) -> RecordsWatcher | None:
         """The watcher, started (again) when there is none that can be trusted: for a write's check."""
@@ -228,6 +235,7 @@ class StoreFreshness:
 
     def close(self) -> None:
         self._stopping.set()
+        self.backlog.close()
         with self._lock:
             self._closed = True
             self._synced = None
@@ -273,7 +281,7 @@ class StoreFreshness:
                 conn = self._read_connection.get()
             except sqlite3.Error:
                 conn = None
-            return self.files.sync(watcher, scope, embedder, conn)[0]
+            return self.files.sync(watcher, scope, embedder, conn, embed_limit=READ_EMBED_LIMIT, defer=True)[0]
 
     def _watch(self) -> RecordsWatcher | None:
         """The running watcher, started (again) when there is none that can be trusted."""

@@ -1,5 +1,10 @@
-"""Removing disposable data: stale locks, temporaries, logs, unused vector files, and on request the
-projection itself.
+"""Removing disposable data: stale locks, temporaries, logs, unused vector files, the projection's
+free pages, and on request the projection itself.
+
+The free pages (left by forgotten records, re-chunked bodies and replaced vectors) are given back in
+place: a projection not yet in incremental auto-vacuum mode is switched to it by one `VACUUM`, later
+ones by `incremental_vacuum`; then the write-ahead log is checkpointed and truncated. Both are
+writes in WAL mode: readers keep reading their snapshot meanwhile, never blocked.
 
 Never touches `store.toml`, `.gitignore`, record files, the mutation lock, the projection lock or
 the recovery journals. The projection and the vector files it uses are kept unless asked for
@@ -15,6 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import IndexUnavailable
 from ..core.stores import StorePaths
 from . import projection as pj
 from . import vectors as vector_files
@@ -28,10 +34,11 @@ class GcReport:
     dry_run: bool
     candidates: list[tuple[str, int]] = field(default_factory=list)  # (label, bytes), sorted by label
     removed: int = 0
+    free_pages: int = 0  # bytes of the projection's free pages (given back unless dry_run)
 
     @property
     def reclaimed_bytes(self) -> int:
-        return sum(size for _, size in self.candidates)
+        return sum(size for _, size in self.candidates) + self.free_pages
 
 
 def gc_store(
@@ -50,11 +57,31 @@ def gc_store(
             locks.enter_context(models_lock(paths.cache_dir, shared=False))
         found = _candidates(paths, include_index, include_models)
         report.candidates = sorted((label, _size(path)) for label, path in found.items())
+        index_path = pj.existing_index_path(paths)
+        if index_path is not None and not include_index:
+            report.free_pages = _free_bytes(index_path)
         if not dry_run:
             for label, _size_bytes in report.candidates:
                 found[label].unlink(missing_ok=True)
                 report.removed += 1
+            if index_path is not None and not include_index:
+                pj.give_back_space_of(index_path, thorough=True)
     return report
+
+
+def reclaimable_bytes(paths: StorePaths) -> int:
+    """What `gc_store` (without the projection itself or the models) would give back now; read only."""
+    index_path = pj.existing_index_path(paths)
+    found = _candidates(paths, include_index=False, include_models=False)
+    return sum(map(_size, found.values())) + (_free_bytes(index_path) if index_path is not None else 0)
+
+
+def _free_bytes(index_path: Path) -> int:
+    try:
+        with pj.reading(index_path) as conn:
+            return pj.free_bytes(conn)
+    except IndexUnavailable:
+        return 0
 
 
 def _candidates(paths: StorePaths, include_index: bool, include_models: bool) -> dict[str, Path]:

@@ -100,7 +100,7 @@ def _define() -> Tables:
         Column("text", Text, nullable=False),
         Column("embed_text", Text, nullable=False),
         Column("retrieval_text", Text, nullable=False),
-        Column("token_count", Integer, nullable=False),  # model tokens of embed_text
+        Column("token_count", Integer, nullable=False),  # model tokens of embed_text (0 past the vector cap)
         Column("word_count", Integer, nullable=False),  # whitespace words of text
         Column("embed_hash", Text, nullable=False),  # sha256 of embed_text
         UniqueConstraint("record_id", "ordinal"),
@@ -170,6 +170,7 @@ VERIFY = "verify"  # JSON path → sha256 of files a write stored with a stat ta
 VECTOR_GENERATION = "vector_generation"  # generation the vector matrix files describe
 VECTOR_MODEL = "vector_model"  # JSON: model_id, model_version, model_checksum, dimension
 VECTOR_FILES = "vector_files"  # JSON: matrix token and scope names of the current matrix files
+VECTOR_PENDING = "vector_pending"  # texts that should have vectors and have none yet (absent: none)
 
 
 # ---- engines ---------------------------------------------------------------------------------
@@ -253,8 +254,9 @@ def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite
             os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE))
     conn = sqlite3.connect(f"file:{path}?mode={'rwc' if create else 'rw'}", uri=True, check_same_thread=False,
                            isolation_level=None)  # fmt: skip
-    pragmas = ("busy_timeout = 5000", *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL")
-                                        if writer else ()))  # fmt: skip
+    # `auto_vacuum` only takes on a database without tables, and before WAL (see `give_back_space`).
+    pragmas = ("busy_timeout = 5000", *(("auto_vacuum = INCREMENTAL",) if create and writer else ()),
+               *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL") if writer else ()))  # fmt: skip
     try:
         for pragma in pragmas:
             conn.execute(f"PRAGMA {pragma}")
@@ -298,6 +300,49 @@ def create_schema(conn: Connection) -> None:
     conn.exec_driver_sql(f"PRAGMA user_version = {PROJECTION_VERSION}")
 
 
+INCREMENTAL_VACUUM = 2  # `PRAGMA auto_vacuum` of a projection that gives space back without a rebuild
+GIVE_BACK_PAGES = 256  # free pages beyond which a write gives them back to the file system at once
+
+
+def give_back_space(conn: sqlite3.Connection, *, at_least: int = GIVE_BACK_PAGES) -> None:
+    """Return the projection's free pages (rows deleted by a forget, a sync or a vector refresh) to the
+    file system when there are at least `at_least`, outside any transaction. Projections made since
+    `auto_vacuum` was set do it page by page (`incremental_vacuum`, a short write); readers in WAL mode
+    keep reading their snapshot meanwhile. Older ones keep their free pages until `sbuf gc` rebuilds them."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL_VACUUM:
+        return
+    if conn.execute("PRAGMA freelist_count").fetchone()[0] >= max(at_least, 1):
+        conn.executescript("PRAGMA incremental_vacuum;")  # stepped to the end (`execute` frees one page)
+
+
+def give_back_space_of(path: Path, *, thorough: bool = False) -> None:
+    """`give_back_space` on the projection file at `path`, for a caller holding the projection lock.
+    `thorough` (`sbuf gc`): every free page, a projection made before incremental mode switched to it
+    by one `VACUUM` (a WAL write too), and the write-ahead log truncated. A busy or unreadable file is
+    left as it is: its free pages are reused by the next writes."""
+    try:
+        conn = connect(path, writer=True)
+    except sqlite3.Error:
+        return
+    try:
+        if thorough and conn.execute("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL_VACUUM:
+            conn.execute(f"PRAGMA auto_vacuum = {INCREMENTAL_VACUUM}")
+            conn.execute("VACUUM")
+        give_back_space(conn, at_least=1 if thorough else GIVE_BACK_PAGES)
+        if thorough:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error:
+        pass
+    finally:
+        conn.close()
+
+
+def free_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes of the projection's free pages (what `give_back_space` or a vacuum would return)."""
+    pages = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
 # ---- settings ------------------------------------------------------------------------------
 
 
@@ -315,6 +360,11 @@ def set_settings(conn: sqlite3.Connection, values: dict[str, str]) -> None:
         "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         list(values.items()),
     )
+
+
+def pending_vectors(settings: dict[str, str]) -> int:
+    """How many texts the projection's last vector refresh left without vectors (`VECTOR_PENDING`)."""
+    return int(settings.get(VECTOR_PENDING) or 0)
 
 
 def model_identity(model: Any) -> str:
@@ -357,17 +407,32 @@ def stored_settings(paths: StorePaths) -> tuple[Path, dict[str, str]] | None:
 
 
 def describe(paths: StorePaths) -> dict[str, Any]:
-    """`index_version`, `embedding_version` and `last_sync` of a store's projection (None when absent).
+    """`index_version`, `embedding_version`, `last_sync` of a store's projection (None when absent)
+    and `vectors_pending`, the texts still waiting for vectors of the model in use, counted now (0
+    when absent or when no model has made vectors yet).
 
     Opens nothing for writing and creates no file or directory.
     """
-    stored = stored_settings(paths)
-    if stored is None:
-        return {"index_version": None, "embedding_version": None, "last_sync": None}
-    settings = stored[1]
+    from .chunking import VECTOR_CHUNKS
+
+    absent = {"index_version": None, "embedding_version": None, "last_sync": None, "vectors_pending": 0}
+    path = existing_index_path(paths)
+    if path is None:
+        return absent
+    try:
+        with reading(path) as conn:
+            settings = get_settings(conn)
+            (pending,) = conn.execute(
+                "SELECT count(DISTINCT c.embed_hash) FROM chunks AS c LEFT JOIN vectors AS v "
+                "ON v.embed_hash = c.embed_hash WHERE c.ordinal < ? AND v.embed_hash IS NULL",
+                (VECTOR_CHUNKS,),
+            ).fetchone()
+    except IndexUnavailable:
+        return absent
     model = json.loads(settings[VECTOR_MODEL]) if VECTOR_MODEL in settings else None
     return {
         "index_version": PROTOCOL_INDEX_VERSION,  # the number receipts report, not the layout on disk
         "embedding_version": model["model_version"] if model else None,
         "last_sync": settings.get(LAST_SYNC),
+        "vectors_pending": int(pending) if model else 0,
     }

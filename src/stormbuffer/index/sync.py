@@ -5,7 +5,10 @@ projection; only files whose metadata changed are read and hashed, and only file
 changed are parsed and re-chunked. A file written shortly before a sync looked at it is "racy"
 (a later same-size edit could keep its mtime), so its metadata is stored smudged and it is hashed
 again next time. Vectors are keyed by the sha256 of each chunk's embedding text, so only new
-embedding texts reach the model; moved, re-tagged or re-statused records reuse theirs.
+embedding texts reach the model; moved, re-tagged or re-statused records reuse theirs. Only the
+first `VECTOR_CHUNKS` chunks of a record get vectors (the rest are searched lexically), and a caller
+may bound how many texts one sync embeds (`embed_limit`): the vector matrix then covers the chunks
+that have vectors, and `VECTOR_PENDING` says how many are still waiting (`backlog.py` embeds them).
 
 `reindex_store` builds a fresh database beside the live one and renames it over.
 
@@ -37,7 +40,7 @@ from ..core.stores import StorePaths, record_scope
 from . import postings
 from . import projection as pj
 from . import vectors as vector_files
-from .chunking import approximate_token_count, chunk_body, own_sentences
+from .chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body, own_sentences
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 
 RACY_WINDOW_NS = 2_000_000_000  # coarser than any local filesystem's timestamp granularity
 EMBED_BATCH = 64  # texts per model call and per committed batch of vectors
+READ_EMBED_LIMIT = 8  # texts a read embeds before it answers; more are a backlog (`backlog.py`)
 SMUDGED = -1
 OUTSIDE_SCOPE = "record is outside the selected store scope"
 DUPLICATE = "duplicate record id; first seen at"
@@ -82,6 +86,7 @@ class SyncReport:
     embedded: int = 0  # embedding texts sent to the model
     rebuilt: bool = False  # the projection was missing or unusable and was built from scratch
     vector_failure: str | None = None  # semantic fallback reason when vectors could not be refreshed
+    pending: int = 0  # texts left without vectors because the embedding limit was reached
 
     @property
     def complete(self) -> bool:
@@ -150,8 +155,15 @@ def projection_lock(paths: StorePaths, *, wait: float = 0.0) -> Iterator[None]:
 # ---- sync ------------------------------------------------------------------------------------
 
 
-def sync_store(paths: StorePaths, embedder: Embedder | None = None, *, progress: Progress | None = None) -> SyncReport:
-    """Bring the projection up to date with the records; with an embedder, the vectors too.
+def sync_store(
+    paths: StorePaths,
+    embedder: Embedder | None = None,
+    *,
+    progress: Progress | None = None,
+    embed_limit: int | None = None,
+) -> SyncReport:
+    """Bring the projection up to date with the records; with an embedder, the vectors too (at most
+    `embed_limit` texts of them when given).
 
     Invalid files are reported (and their rows removed), never modified. Raises IndexBusy when
     another writer holds the projection, StoreError for an unusable store, IndexUnavailable when
@@ -159,7 +171,7 @@ def sync_store(paths: StorePaths, embedder: Embedder | None = None, *, progress:
     """
     scope = record_scope(paths)
     with projection_lock(paths):
-        return sync_scanned(paths, scope, scan_files(paths), embedder, progress=progress)
+        return sync_scanned(paths, scope, scan_files(paths), embedder, progress=progress, embed_limit=embed_limit)
 
 
 def sync_scanned(
@@ -170,19 +182,23 @@ def sync_scanned(
     *,
     progress: Progress | None = None,
     fingerprint: str | None = None,
+    embed_limit: int | None = None,
+    defer: bool = False,
 ) -> SyncReport:
     """`sync_store` for a caller that holds the projection lock and has just scanned the files (and
-    perhaps computed their `files_fingerprint`)."""
+    perhaps computed their `files_fingerprint`). With `defer`, more than `embed_limit` texts to embed
+    are all left for a background thread (none is embedded now)."""
     current = current_report(paths, files, embedder, fingerprint or files_fingerprint(files))
     if current is not None:
         return current
     engine, rebuilt = _open_for_writing(paths.index_path)
     try:
-        report = _Sync(engine, paths, scope, embedder, progress).run(files)
+        report = _Sync(engine, paths, scope, embedder, progress, embed_limit=embed_limit, defer=defer).run(files)
         report.rebuilt = rebuilt
-        return report
     finally:
         engine.dispose()
+    pj.give_back_space_of(paths.index_path)
+    return report
 
 
 def refresh_vectors(
@@ -190,20 +206,19 @@ def refresh_vectors(
 ) -> SyncReport:
     """Bring the vectors up to date with the projection as the last sync left it, without checking the
     record files again: for a process that has just synced without the model. A projection that is
-    missing or unusable by now gets a full sync. With `limit`, more than `limit` texts to embed are
-    left alone: the vectors stay as they were and the report's `vector_failure` is
-    `vector_projection_unavailable`."""
+    missing or unusable by now gets a full sync. With `limit`, at most `limit` texts are embedded: the
+    matrix covers what has vectors, and when texts are left the report's `pending` counts them and its
+    `vector_failure` is `vector_projection_incomplete`."""
     with projection_lock(paths):
         engine, rebuilt = _open_for_writing(paths.index_path)
         try:
             sync = _Sync(engine, paths, record_scope(paths), embedder, progress, embed_limit=limit)
-            if not rebuilt:
-                return sync.refresh()
-            report = sync.run(scan_files(paths))
-            report.rebuilt = True
-            return report
+            report = sync.refresh() if not rebuilt else sync.run(scan_files(paths))
+            report.rebuilt = rebuilt
         finally:
             engine.dispose()
+        pj.give_back_space_of(paths.index_path)
+        return report
 
 
 def reindex_store(
@@ -320,9 +335,7 @@ def current_report(
         hashed = _verified(conn, paths, files, settings, started)
         if hashed is None:
             return None
-        if embedder is not None and not (
-            settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and current_layout(settings, index_path)
-        ):
+        if embedder is not None and not _vectors_complete(settings, index_path, embedder):
             return None
         report = SyncReport(skipped=_record_count(conn), invalid_files=invalid_files(conn), hashed=hashed)
         pj.set_settings(conn, {pj.LAST_SYNC: _now_millis(), pj.SYNC_STARTED_NS: str(started)})
@@ -391,8 +404,15 @@ def vectors_current(paths: StorePaths, embedder: Embedder) -> bool:
     stored = pj.stored_settings(paths)
     if stored is None:
         return False
-    path, settings = stored
-    return settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder) and current_layout(settings, path) is not None
+    return _vectors_complete(stored[1], stored[0], embedder)
+
+
+def _vectors_complete(settings: dict[str, str], index_path: Path, embedder: Embedder) -> bool:
+    return (
+        settings.get(pj.VECTOR_MODEL) == pj.model_identity(embedder)
+        and not pj.pending_vectors(settings)
+        and current_layout(settings, index_path) is not None
+    )
 
 
 def current_layout(settings: dict[str, str], index_path: Path) -> vector_files.Layout | None:
@@ -463,10 +483,6 @@ class _Plan:
     stored: dict[str, str]  # path → record id of every projected record
 
 
-class _OverLimit(Exception):
-    """More texts to embed than the caller allowed."""
-
-
 class _Sync:
     def __init__(
         self,
@@ -479,6 +495,7 @@ class _Sync:
         carry_vectors_from: Path | None = None,
         matrix_path: Path | None = None,
         embed_limit: int | None = None,
+        defer: bool = False,
     ) -> None:
         self.engine = engine
         self.paths = paths
@@ -488,6 +505,7 @@ class _Sync:
         self.carry_vectors_from = carry_vectors_from
         self.matrix_path = matrix_path or paths.index_path
         self.embed_limit = embed_limit
+        self.defer = defer
         self.report = SyncReport()
         self.layout: vector_files.Layout | None = None
         self._count_tokens: Callable[[str], int] | None = None
@@ -512,8 +530,9 @@ class _Sync:
                 self._refresh_vectors()
             except (ValueError, EmbeddingFailed):
                 self.report.vector_failure = "embedding_execution_failed"
-            except _OverLimit:
-                self.report.vector_failure = "vector_projection_unavailable"
+            else:
+                if self.report.pending:
+                    self.report.vector_failure = "vector_projection_incomplete"
         return self.report
 
     # -- planning --------------------------------------------------------------------------
@@ -661,29 +680,38 @@ class _Sync:
             settings = pj.get_settings(pj.driver_connection(conn))
             same_model = settings.get(pj.VECTOR_MODEL) == model
             self.layout = current_layout(settings, self.matrix_path) if same_model else None
-            if self.layout is not None:
+            if self.layout is not None and not pj.pending_vectors(settings):
                 return
             if not same_model:
                 conn.execute(delete(t.vectors))
             if self.carry_vectors_from is not None:
                 self._carry_vectors(conn, model)
             previous = self._previous_matrix(settings) if same_model else None
-            # Chunks up to the previous matrix's last one had vectors then; ids are never reused.
-            newer_than = int(previous.rows["chunk"][-1]) if previous is not None and previous.size else -1
+            # Chunks up to a complete previous matrix's last one had vectors then; ids are never reused.
+            complete = previous is not None and previous.size > 0 and not pj.pending_vectors(settings)
+            newer_than = int(previous.rows["chunk"][-1]) if previous is not None and complete else -1
             # Only the hashes are held, shortest text first (similar lengths share a batch: less
-            # padding); each batch's texts are read when it is embedded.
+            # padding; a small record's texts come before a large one's); each batch's texts are read
+            # when it is embedded.
             missing = [
                 embed_hash
                 for (embed_hash,) in conn.execute(
                     select(t.chunks.c.embed_hash)
                     .outerjoin(t.vectors, t.vectors.c.embed_hash == t.chunks.c.embed_hash)
-                    .where(t.chunks.c.id > newer_than, t.vectors.c.embed_hash.is_(None))
+                    .where(t.chunks.c.id > newer_than, t.chunks.c.ordinal < VECTOR_CHUNKS,
+                           t.vectors.c.embed_hash.is_(None))
                     .group_by(t.chunks.c.embed_hash)
                     .order_by(func.min(func.length(t.chunks.c.embed_text)), t.chunks.c.embed_hash)
                 )
-            ]
-            if self.embed_limit is not None and len(missing) > self.embed_limit:
-                raise _OverLimit()  # rolls back the transaction: the vectors stay as they were
+            ]  # fmt: skip
+        if self.embed_limit is not None and len(missing) > self.embed_limit:
+            kept = 0 if self.defer else self.embed_limit
+            missing, self.report.pending = missing[:kept], len(missing) - kept
+        if self.layout is not None and not missing:  # nothing to embed now: the matrix covers what there is
+            if settings.get(pj.VECTOR_PENDING) != str(self.report.pending):
+                with self.engine.begin() as conn:
+                    pj.set_settings(pj.driver_connection(conn), {pj.VECTOR_PENDING: str(self.report.pending)})
+            return
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]
             with self.engine.connect() as conn:
@@ -709,11 +737,16 @@ class _Sync:
             conn.execute(delete(t.released))
             settings = pj.get_settings(pj.driver_connection(conn))
             token = f"{settings[pj.PROJECTION_ID]}-{settings[pj.GENERATION]}"
+            if previous is not None and settings.get(pj.VECTOR_GENERATION) == settings[pj.GENERATION]:
+                # more vectors for the same generation (a backlog's step): a name of their own
+                (count,) = pj.driver_connection(conn).execute("SELECT count(*) FROM vectors").fetchone()
+                token = f"{token}.{count}"
             self.layout = self._write_matrix(conn, embedder.dimension, token, previous)
             pj.set_settings(pj.driver_connection(conn), {
                 pj.VECTOR_GENERATION: settings[pj.GENERATION],
                 pj.VECTOR_MODEL: model,
                 pj.VECTOR_FILES: self.layout.dumps(),
+                pj.VECTOR_PENDING: str(self.report.pending),
             })  # fmt: skip
         if self.carry_vectors_from is None:
             vector_files.remove_except(self.matrix_path, self.layout)
@@ -858,9 +891,11 @@ def _matrix_rows(cursor: sqlite3.Cursor) -> tuple[np.ndarray, list[str]]:
          for _, scope, status, access, kind in records], dtype=np.int16,
     ).reshape(len(records), 4)  # fmt: skip
     # Records first (CROSS JOIN keeps that order): then every lookup stays in the two tables' small
-    # indexes instead of reading the wide chunk rows. Sorted by chunk id below.
+    # indexes instead of reading the wide chunk rows. Sorted by chunk id below. Only chunks with a
+    # vector have a row (past the vector cap, or still waiting, a chunk is found lexically only).
     chunks = np.array(cursor.execute(
-        "SELECT c.id, r.rowid FROM records AS r CROSS JOIN chunks AS c ON c.record_id = r.id").fetchall(),
+        "SELECT c.id, r.rowid FROM records AS r CROSS JOIN chunks AS c ON c.record_id = r.id "
+        "WHERE EXISTS (SELECT 1 FROM vectors AS v WHERE v.embed_hash = c.embed_hash)").fetchall(),
         dtype=np.int64).reshape(-1, 2)  # fmt: skip
     chunks = chunks[np.argsort(chunks[:, 0])]
     numbers = np.searchsorted(rowids, chunks[:, 1])
@@ -926,10 +961,11 @@ def project_records(
             stat["size"], stat["mtime_ns"], stat["inode"],
         ))  # fmt: skip
         prefix = retrieval_prefix(record, _name(path))
-        for chunk in chunk_body(record.title, record.body, count_tokens=count):
+        for chunk in chunk_body(record.title, record.body, count_tokens=count, exact_chunks=VECTOR_CHUNKS):
+            tokens = count(chunk.embed_text) if chunk.ordinal < VECTOR_CHUNKS else 0  # never embedded past the cap
             chunk_rows.append((
                 record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text,
-                prefix(chunk.heading) + chunk.text, count(chunk.embed_text), chunk.word_count,
+                prefix(chunk.heading) + chunk.text, tokens, chunk.word_count,
                 hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
             ))  # fmt: skip
     conn.executemany(

@@ -58,8 +58,9 @@ class Layout:
     def current(cls, settings: Mapping[str, str]) -> Layout | None:
         """The layout the projection's settings name when it describes their current generation.
 
-        Every change to chunks bumps the generation, and the matrix is written only after every
-        chunk has a vector, so a current matrix also means no vector is missing.
+        Every change to chunks bumps the generation; a current matrix holds a row for every chunk
+        that has a vector, and the projection's `vector_pending` counts the texts still waiting
+        for one (a step of a backlog writes the matrix again, under a token of its own).
         """
         if settings.get(pj.VECTOR_GENERATION) != settings.get(pj.GENERATION) or pj.VECTOR_FILES not in settings:
             return None

@@ -58,15 +58,25 @@ class WatchedFiles:
         self._lock = threading.Lock()
 
     def sync(
-        self, source: PathSource | None, scope: str, embedder: Embedder | None, conn: sqlite3.Connection | None = None
+        self,
+        source: PathSource | None,
+        scope: str,
+        embedder: Embedder | None,
+        conn: sqlite3.Connection | None = None,
+        *,
+        embed_limit: int | None = None,
+        defer: bool = False,
     ) -> tuple[SyncReport, FileList]:
         """`sync_scanned` on the kept list when its digest is the stored one, else on a fresh scan.
-        `conn`: a writer connection to check with (left open)."""
+        `conn`: a writer connection to check with (left open); `embed_limit`, `defer`: as `sync_scanned`'s."""
         files, scanned = self.listed(source)
         report = current_report(self.paths, files.stats, embedder, files.fingerprint(), conn)
         if report is None:
             files = files if scanned else self.rescan(source)
-            report = sync_scanned(self.paths, scope, files.stats, embedder, fingerprint=files.fingerprint())
+            report = sync_scanned(
+                self.paths, scope, files.stats, embedder, fingerprint=files.fingerprint(), embed_limit=embed_limit,
+                defer=defer,
+            )  # fmt: skip
         return report, files
 
     def listed(self, source: PathSource | None) -> tuple[FileList, bool]:

@@ -131,7 +131,7 @@ def context(
         "index_version": PROTOCOL_INDEX_VERSION,
         "embedding_model": ranking.embedding_model if hybrid else None,
         "embedding_version": ranking.embedding_version if hybrid else None,
-        "semantic_fallback": None if hybrid else ranking.semantic_fallback,
+        "semantic_fallback": ranking.semantic_fallback,
         "retrieval_mode": ranking.mode,
         "contract_version": CONTRACT_VERSION,
     }

@@ -17,6 +17,11 @@ and, when the query names a time, up to +`timeref.TIME_WEIGHT` for a record near
 (`timeref`). Unlike reciprocal-rank fusion, a clear lexical winner (a BM25 score far above the
 next) keeps its lead, and a side whose candidates are all about equally good moves little.
 
+A lexical candidate without a vector of its own (`without_vectors`: past a large record's vector
+cap, or still waiting for one) has no meaning to weigh: its combined score is its lexical part
+alone, and its record's score is at least that. (Counting its vector part as 0 would halve every
+such passage against any record that has vectors.) Where every chunk has a vector, nothing changes.
+
 The hit shows the record's chunk with the best combined score, and its reasons: the record's best
 `lexical:` reason, its best `vector:` distance, `fusion:lexical=<part>,vector=<part>`, then the
 boosts (and the `time:` reason of a time reference).
@@ -40,13 +45,16 @@ class _Record:
     lexical: SearchHit | None = None  # best lexical chunk
     vector: SearchHit | None = None  # best vector chunk
     parts: list[float] = field(default_factory=lambda: [0.0, 0.0])  # normalised lexical and vector parts
+    without_vectors: set[int] = field(default_factory=set)  # ordinals of lexical chunks that have no vector
     score: float = 0.0
     shown: SearchHit | None = None
 
 
 def fuse(lexical: list[SearchHit], semantic: list[SearchHit], current_scope: str | None, limit: int,
-         time: TimeReference | None = None) -> list[SearchHit]:  # fmt: skip
-    """The best `limit` records, one hit each. Both lists must already be sorted best first."""
+         time: TimeReference | None = None, without_vectors: frozenset[tuple[str, int]] = frozenset(),
+         ) -> list[SearchHit]:  # fmt: skip
+    """The best `limit` records, one hit each. Both lists must already be sorted best first;
+    `without_vectors` holds the (record id, ordinal) of lexical candidates that have no vector."""
     records: dict[str, _Record] = {}
     for side, (ranked, parts) in enumerate(((lexical, _lexical_parts(lexical)), (semantic, _vector_parts(semantic)))):
         for hit, part in zip(ranked, parts, strict=True):
@@ -56,16 +64,25 @@ def fuse(lexical: list[SearchHit], semantic: list[SearchHit], current_scope: str
             elif side == 1 and entry.vector is None:
                 entry.vector = hit
             entry.parts[side] = max(entry.parts[side], part)
+            if side == 0 and (hit.record_id, hit.ordinal) in without_vectors:
+                entry.without_vectors.add(hit.ordinal)
             shown, *chunk_parts = entry.chunks.get(hit.ordinal, (hit, 0.0, 0.0))
             chunk_parts[side] = max(chunk_parts[side], part)
             entry.chunks[hit.ordinal] = (shown, chunk_parts[0], chunk_parts[1])
     nearness = _nearness(records, time)
     for record_id, entry in records.items():
-        best = max(entry.chunks, key=lambda ordinal: (_combined(*entry.chunks[ordinal][1:]), -ordinal))
+        best = max(entry.chunks, key=lambda ordinal: (_chunk_score(entry, ordinal), -ordinal))
         entry.shown = entry.chunks[best][0]
-        entry.score = _combined(*entry.parts) + _boosts(entry, current_scope, nearness.get(record_id), time)[0]
+        score = max(_combined(*entry.parts), _chunk_score(entry, best) if entry.without_vectors else 0.0)
+        entry.score = score + _boosts(entry, current_scope, nearness.get(record_id), time)[0]
     ranked_records = sorted(records.items(), key=lambda item: _order(item[1]))
     return [_merge(entry, current_scope, nearness.get(record_id), time) for record_id, entry in ranked_records[:limit]]
+
+
+def _chunk_score(entry: _Record, ordinal: int) -> float:
+    """A chunk's combined score; its lexical part alone when it has no vector (see the module's docstring)."""
+    _hit, lexical, vector = entry.chunks[ordinal]
+    return lexical if ordinal in entry.without_vectors else _combined(lexical, vector)
 
 
 def _combined(lexical: float, vector: float) -> float:

@@ -20,6 +20,7 @@ FALLBACK_REASONS = (
     "embedder_initialization_failed",
     "vector_projection_unavailable",
     "vector_projection_busy",
+    "vector_projection_incomplete",
     "embedding_execution_failed",
 )
 

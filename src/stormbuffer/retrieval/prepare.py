@@ -4,13 +4,16 @@
 model, in the order that suits the caller:
 
 - a long-running process (a freshness registry given) opens the model and syncs only the stores
-  that may have changed since their last sync;
+  that may have changed since their last sync; a store with more than `READ_EMBED_LIMIT` texts to
+  embed gets that many embedded and its backlog thread does the rest (`index/backlog.py`);
 - any other process syncs the records first (a one-shot process may still be opening the model in
   a child meanwhile), then opens the model and refreshes only the vectors of the stores whose
-  vectors are not current. With `bounded` (a one-shot protocol read, which must answer within an
-  agent hook's timeout) it embeds at most `ONE_SHOT_EMBED_LIMIT` texts per store: a store with
-  more missing is answered without vectors (`vector_projection_unavailable`), and `sbuf sync` or
-  the warm server embeds the rest.
+  vectors are not current. With `bounded` (the default: a one-shot read must answer within an
+  agent hook's timeout) it embeds at most `READ_EMBED_LIMIT` texts per store.
+
+Either way a read never waits for a backlog: it answers from what exists, lexical postings plus
+the vectors already there, and the search reports `vector_projection_incomplete`. The daemon,
+`sbuf sync` and `sbuf watch` embed the rest.
 """
 
 from __future__ import annotations
@@ -21,13 +24,11 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
-from ..index.sync import EMBED_BATCH, refresh_vectors, sync_store, vectors_current
+from ..index.sync import READ_EMBED_LIMIT, refresh_vectors, sync_store, vectors_current
 
 if TYPE_CHECKING:
     from ..index.freshness import FreshnessRegistry
     from ..index.sync import Embedder, Progress, SyncReport
-
-ONE_SHOT_EMBED_LIMIT = EMBED_BATCH  # texts one bounded read embeds per store: one model call
 
 ModelOpener = Callable[[], tuple["Embedder | None", "str | None"]]  # the embedder, or None and the reason
 
@@ -51,7 +52,7 @@ def ready_for_retrieval(
     open_model: ModelOpener | None,
     freshness: FreshnessRegistry | None = None,
     *,
-    bounded: bool = False,
+    bounded: bool = True,
     progress: Progress | None = None,
 ) -> Readiness:
     """Sync every store, and given `open_model` its vectors too (see the module's docstring).
@@ -73,7 +74,7 @@ def ready_for_retrieval(
     ready.embedder, reason = open_model()
     if ready.embedder is not None:
         embedder = ready.embedder
-        limit = ONE_SHOT_EMBED_LIMIT if bounded else None
+        limit = READ_EMBED_LIMIT if bounded else None
         stale = [paths for paths in stores if not vectors_current(paths, embedder)]
         _each(ready, stale, lambda paths: refresh_vectors(paths, embedder, limit=limit, progress=progress))
     ready.fallback = ready.fallback or reason

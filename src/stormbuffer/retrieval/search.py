@@ -9,6 +9,9 @@ model. Otherwise the search runs lexically and reports why (`semantic_fallback`)
   when its sync found a writer at work), default `vector_projection_unavailable`;
 - the model fails on the query: `embedding_execution_failed`.
 
+A store whose vectors are still being embedded (`VECTOR_PENDING`) is searched hybrid with the
+vectors it has, every chunk lexically: the ranking then reports `vector_projection_incomplete`.
+
 Ordering: hybrid and semantic hits are ordered by score, the current scope breaking exact ties;
 the +0.1 current-scope boost makes an equally relevant project memory come before a global one,
 while a clearly more relevant global memory can still rank first. Lexical-only results keep
@@ -66,7 +69,7 @@ class Ranking:
 
     hits: list[SearchHit]
     mode: str  # "lexical", "semantic" or "hybrid"
-    semantic_fallback: str | None
+    semantic_fallback: str | None  # set in a hybrid ranking only when vectors were incomplete
     embedding_model: str | None
     embedding_version: str | None
 
@@ -145,6 +148,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
+    without_vectors: set[tuple[str, int]] = set()  # lexical candidates past the vector cap or still waiting
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
     with ExitStack() as stack:
         snapshots = [stack.enter_context(_snapshot(paths)) for paths in stores]
@@ -171,6 +175,10 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
                     semantic += with_sentences(near, vector, blobs)
                     semantic += [hit for hit in weighed if hit.chunk not in known]
                     lexical += own
+                    weighed_chunks = {hit.chunk for hit in weighed}
+                    without_vectors.update(
+                        (hit.record_id, hit.ordinal) for hit in own if hit.chunk not in weighed_chunks
+                    )
             finally:
                 pending.cancel()
     lexical.sort(key=by_score)
@@ -178,10 +186,12 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     limit = options.bounded_limit
     if hybrid:
         time = timeref.parse(query, options.now or datetime.now(UTC))
-        hits = fuse(lexical, semantic, options.current_scope, limit, time)
+        hits = fuse(lexical, semantic, options.current_scope, limit, time, frozenset(without_vectors))
     else:
         hits = _one_per_record(semantic)[:limit]
-    return Ranking(hits, wanted, None, embedder.model_id, embedder.model_version)
+    incomplete = any(pj.pending_vectors(snapshot.settings) for snapshot in snapshots)
+    return Ranking(hits, wanted, "vector_projection_incomplete" if incomplete else None, embedder.model_id,
+                   embedder.model_version)  # fmt: skip
 
 
 def _nearest(embedder: Embedder, query: str, matrices: list[Matrix], options: SearchOptions, depth: int,

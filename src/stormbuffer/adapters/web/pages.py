@@ -136,16 +136,21 @@ class Health:
     findings: list[review.Finding]
     issues: list[Any]  # index.doctor.Issue
     counts: dict[str, int]
+    vectors_pending: int  # texts still waiting for vectors
+    reclaimable_bytes: int  # what `sbuf gc` would give back
 
 
 def health(paths: StorePaths, sbuf: str) -> Health:
     """Audit findings and doctor issues of the store, and its records by lifecycle state."""
     from stormbuffer.core.records import STATUSES
     from stormbuffer.index.doctor import doctor_store
+    from stormbuffer.index.gc import reclaimable_bytes
+    from stormbuffer.index.projection import describe
 
     stored_records, _invalid = Repository(paths).scan_valid()  # doctor names the invalid files
     counts = dict.fromkeys(STATUSES, 0)
     for item in stored_records:
         counts[item.record.status] += 1
     findings = review.findings(stored_records, 30, sbuf, Timestamp.now())
-    return Health(findings, list(doctor_store(paths).issues), counts)
+    return Health(findings, list(doctor_store(paths).issues), counts, describe(paths)["vectors_pending"],
+                  reclaimable_bytes(paths))  # fmt: skip
