@@ -20,6 +20,7 @@ from ..core.stores import StorePaths, retrieval_stores
 from .context import current
 from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
+from .output import json_or_text, prints_json
 from .records import selected_store
 from .text import one_line
 
@@ -323,13 +324,14 @@ def _relevant(hit: SearchHit) -> bool:
               help="Maximum whitespace-delimited tokens in the evidence blocks.")  # fmt: skip
 @click.option("--limit", type=int, default=20, show_default=True, help="Maximum number of blocks.")
 @click.option("--all", "include_all", is_flag=True, help="Include candidate, superseded, and archived records.")
-@click.option("--json", "as_json", is_flag=True, help="Emit the whole context (contract, blocks, receipt) as JSON.")
-def context(query: str, budget: int, limit: int, include_all: bool, as_json: bool) -> None:
+@json_or_text
+def context(query: str, budget: int, limit: int, include_all: bool, output: str | None) -> None:
+    """The JSON context (contract, blocks, receipt) when stdout is not a terminal, evidence as text on one."""
     from ..retrieval import ContextOptions, SearchOptions
     from ..retrieval import context as compile_context
 
     cli = current()
-    cli.machine_mode = as_json
+    cli.machine_mode = as_json = prints_json(output)
     stores, embedder, fallback = _prepared("could not compile context")
     options = ContextOptions(budget=budget, search=SearchOptions(limit=limit, include_inactive=include_all))
     with failing("could not compile context"):
