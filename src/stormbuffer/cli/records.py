@@ -277,22 +277,35 @@ def add(title: str | None, kind: str | None, body: str | None, access: str) -> N
         record = review_draft(draft, current().env, lambda made: warm.add(repository, made), complete=body is not None)
     click.echo(record.id)
     click.echo(f"Visible to {ACCESS_AUDIENCE[record.access]}", err=True)
-    with failing("could not add record"):
-        twin = _active_twin(repository, record)
+    twin = _active_twin(repository.paths, record)
     if twin is not None:
         _warn_overlap(record.id, twin, "is identical to")
 
 
-def _active_twin(repository: Repository, record: Record) -> str | None:
+def _active_twin(paths: StorePaths, record: Record) -> str | None:
     """The id of another active memory with the same scope, kind, title and body (whitespace and ASCII
-    case aside), if any."""
+    case aside), found through the projection the write just updated; None when it cannot be read."""
+    import sqlite3
+
+    from ..core.codec import parse_markdown
+    from ..core.errors import StormbufferError
+    from ..index import projection
+
     title, body = normalize(record.title), normalize(record.body)
-    summaries, _invalid = warm.listing(repository)
-    for other in summaries:
-        same = (other.status, other.scope, other.kind, normalize(other.title))
-        if other.id != record.id and same == ("active", record.scope, record.kind, title):
-            if normalize(repository.find(other.id).record.body) == body:
-                return other.id
+    try:
+        index = projection.existing_index_path(paths)
+        if index is None:
+            return None
+        with projection.reading(index) as conn:
+            rows = conn.execute(
+                "SELECT id, path FROM records WHERE title_key = ? AND kind = ? AND scope = ? AND status = 'active' "
+                "AND id != ? ORDER BY id", (title, record.kind, record.scope, record.id),
+            ).fetchall()  # fmt: skip
+        for other_id, path in rows:
+            if normalize(parse_markdown((paths.root / path).read_bytes()).body) == body:
+                return str(other_id)
+    except (StormbufferError, OSError, sqlite3.Error):  # only a warning is lost
+        return None
     return None
 
 
