@@ -94,7 +94,7 @@ def test_search_cards_are_sanitized(sandbox: Sandbox) -> None:
     ok(sandbox.sbuf("--project", "add", "--title", "Project\u202e collision\u2028card", "--body", "Collision body."))
     out = ok(sandbox.sbuf("--project", "search", "collision"))
     assert "Project collision card\n  ID: " in out
-    assert f"  Kind: fact  Scope: {scope}\n" in out and "\n  Score: " in out
+    assert f"  Kind: fact  Scope: project ({scope})\n" in out and "\n  Score: " in out
     assert "\t" not in out and "\u202e" not in out and "\u2028" not in out
 
 

@@ -1,5 +1,6 @@
 """Human output that helps: nothing found is said, weak vector-only hits stay out of the human
-search view (never out of `--json`), `context` reads as text, `list --json`, and ids typed in part."""
+search view (never out of `--json`), `context` prints JSON to programs and text at a terminal,
+`list --json`, and ids typed in part."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers import Sandbox
+from tests.helpers import Sandbox, run_at_terminal
 
 NOTES = {
     "Releases ship on Tuesdays": "Releases ship on Tuesdays after the magnetar check.",
@@ -53,14 +54,21 @@ def test_nonsense_finds_no_memory_for_people_but_every_hit_for_machines(
     assert found.startswith("Releases ship on Tuesdays\n") and notes["Releases ship on Tuesdays"] in found
 
 
-def test_context_reads_as_text_and_json_keeps_the_envelope(sandbox: Sandbox, notes: dict[str, str]) -> None:
-    human = sandbox.sbuf("--project", "context", "magnetar check", "--limit", "1").stdout
+def test_context_prints_json_to_programs_and_text_at_a_terminal(sandbox: Sandbox, notes: dict[str, str]) -> None:
+    piped = sandbox.sbuf("--project", "context", "magnetar check")
+    assert piped.returncode == 0 and list(json.loads(piped.stdout)) == ["contract", "blocks", "receipt"]
+    status, shown = run_at_terminal(sandbox, ["--project", "context", "magnetar check", "--limit", "1"])
+    shown = shown[shown.index("Releases ship on Tuesdays") :].replace("\r\n", "\n")  # after the progress bar
+    assert status == 0 and "{" not in shown
+    human = sandbox.sbuf("--project", "context", "magnetar check", "--limit", "1", "--text").stdout
     assert human.startswith("Releases ship on Tuesdays\n") and "{" not in human
     assert "  | Releases ship on Tuesdays after the magnetar check." in human
     assert re.search(r"^Receipt: [0-9a-f-]{36} \((hybrid|lexical), \d+/512 tokens", human, re.M)
     assert len(human.splitlines()) < 10
-    machine = json.loads(sandbox.sbuf("--project", "context", "magnetar check", "--json").stdout)
-    assert list(machine) == ["contract", "blocks", "receipt"]
+    assert shown.split("Receipt:")[0] == human.split("Receipt:")[0]
+    status, forced = run_at_terminal(sandbox, ["--project", "context", "magnetar check", "--json"])
+    assert status == 0 and json.loads(forced[forced.index("{") :])["blocks"][0]["title"] == "Releases ship on Tuesdays"
+    assert json.loads(sandbox.sbuf("--project", "context", "magnetar", "--text", "--json").stdout)["blocks"]
 
 
 def test_list_json_holds_the_records(sandbox: Sandbox, notes: dict[str, str]) -> None:

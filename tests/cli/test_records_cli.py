@@ -275,7 +275,10 @@ def test_commands_on_an_uninitialized_store_create_nothing(
 
 def test_forget_requires_destroy_before_anything_else(sandbox: Sandbox) -> None:
     result = sandbox.sbuf("--project", "forget", "memory-id")
-    assert failed(result) == "error: forget requires --destroy for permanent deletion"
+    assert (
+        failed(result)
+        == "error: forget requires --destroy for permanent deletion (and --yes when not run at a terminal)"
+    )
     assert not sandbox.project_root.exists()
 
 
@@ -307,8 +310,8 @@ def test_record_lifecycle(sandbox: Sandbox) -> None:
     assert ok(sandbox.sbuf("--project", "list")) == f"{record_id}\tactive\tfact\t{scope}\tA durable fact\n"
 
     shown = ok(sandbox.sbuf("--project", "show", record_id))
-    assert shown == (sandbox.project_root / "records" / f"{record_id}.md").read_text()
-    assert shown.endswith("\n\nDurable body text.")
+    assert shown == (sandbox.project_root / "records" / f"{record_id}.md").read_text() + "\n"
+    assert shown.endswith("\n\nDurable body text.\n")
     assert 'reference = "stormbuffer:cli"\nactor = "human"' in shown and 'access = "human"' in shown
 
     assert ok(sandbox.sbuf("--project", "edit", record_id)) == f"{record_id}\n"
@@ -360,7 +363,7 @@ def test_proposals_and_decisions(sandbox: Sandbox) -> None:
     assert ok(sandbox.sbuf("--project", "approve", candidate)) == f"{candidate}\taccepted\tactive\n"
     line = failed(sandbox.sbuf("--project", "approve", candidate))
     assert line == (f"error: could not update candidate: record {candidate} is active, not a candidate")
-    assert ok(sandbox.sbuf("--project", "reject", overlap)) == f"{overlap}\taccepted\tarchived\n"
+    assert ok(sandbox.sbuf("--project", "reject", overlap)) == f"{overlap}\trejected\tarchived\n"
 
     twin, _ = propose(sandbox, "Twin", "Same words.")
     add(sandbox, title="Twin", body="Same words.")
@@ -409,7 +412,7 @@ def test_defaults_of_an_unedited_draft(sandbox: Sandbox) -> None:
     record_id = ok(sandbox.sbuf("--project", "add")).strip()
     text = ok(sandbox.sbuf("--project", "show", record_id))
     assert 'title = "Untitled memory"' in text and 'kind = "fact"' in text
-    assert text.endswith("+++\n\nWrite the memory here.")
+    assert text.endswith("+++\n\nWrite the memory here.\n")
 
 
 def test_titles_are_printed_on_one_line(sandbox: Sandbox) -> None:
@@ -451,7 +454,7 @@ def test_edit_saves_the_edited_record(sandbox: Sandbox) -> None:
     rewrite = editor(sandbox, "rebody", "path.write_text(path.read_text().replace('Durable body', 'Edited body'))")
     assert ok(sandbox.sbuf("--project", "edit", record_id, env=sandbox.env_with(EDITOR=rewrite))) == f"{record_id}\n"
     after = ok(sandbox.sbuf("--project", "show", record_id))
-    assert after.endswith("Edited body text.")
+    assert after.endswith("Edited body text.\n")
     updated = [line for line in after.splitlines() if line.startswith("updated_at")]
     assert updated != [line for line in before.splitlines() if line.startswith("updated_at")]
 
@@ -459,7 +462,7 @@ def test_edit_saves_the_edited_record(sandbox: Sandbox) -> None:
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("sys.exit(3)", "record editor exited unsuccessfully: exit status: 3"),
+        ("sys.exit(3)", "record editor `broken` exited unsuccessfully: exit status: 3"),
         ("path.write_text('no frontmatter')", "editor output is not a valid record: "),
         ("path.unlink()", "could not add record: "),
     ],
@@ -491,26 +494,19 @@ def test_edit_cannot_change_the_status(sandbox: Sandbox) -> None:
     assert tree_digest(sandbox.project_root / "records") == before
 
 
-def test_editor_is_one_program_name_not_a_shell_command(sandbox: Sandbox) -> None:
-    ok(sandbox.sbuf("--project", "init"))
-    line = failed(sandbox.sbuf("--project", "add", env=sandbox.env_with(EDITOR="true --wait")))
-    assert line.startswith("error: could not add record: could not start the record editor: ")
-    assert ok(sandbox.sbuf("--project", "list")) == ""
-
-
 def test_without_an_editor_options_are_enough_but_editing_needs_one(sandbox: Sandbox) -> None:
     ok(sandbox.sbuf("--project", "init"))
     plain = sandbox.env_with(EDITOR=None, VISUAL=None)
     record_id = ok(sandbox.sbuf("--project", "add", "--title", "Scripted", "--body", "No editor.", env=plain)).strip()
-    assert ok(sandbox.sbuf("--project", "show", record_id)).endswith("\n\nNo editor.")
+    assert ok(sandbox.sbuf("--project", "show", record_id)).endswith("\n\nNo editor.\n")
     assert ok(sandbox.sbuf("--project", "supersede", record_id, "--title", "Scripted again", env=plain)).strip()
     assert "\tScripted again\n" in ok(sandbox.sbuf("--project", "list"))
-    needs_editor = "set $VISUAL or $EDITOR to edit records"
+    needs_editor = "set $VISUAL or $EDITOR to edit records, or give the memory's text with --body (and --title)"
     assert failed(sandbox.sbuf("--project", "add", "--title", "Only a title", env=plain)).endswith(needs_editor)
     assert failed(sandbox.sbuf("--project", "propose", env=plain)).endswith(needs_editor)
     line = failed(sandbox.sbuf("--project", "add", "--title", " padded", "--body", "B", env=plain))
     assert line == (
-        "error: could not add record: invalid record <draft>: field `title` is invalid: "
+        "error: could not add record: invalid record: field `title` is invalid: "
         "must be non-empty and have no surrounding whitespace"
     )
 

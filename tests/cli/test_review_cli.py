@@ -81,8 +81,8 @@ def test_inbox_lines_and_filters(sandbox: Sandbox) -> None:
 
     lines = ok(sandbox.sbuf("--project", "inbox")).splitlines()
     assert lines == [
-        f"{OLD_ID} | decision | {scope} | Old candidate | {age} days",
-        f"{fresh} | fact | {scope} | Fresh | 0 days",
+        f"{OLD_ID} | decision | project ({scope}) | Old candidate | {age} days",
+        f"{fresh} | fact | project ({scope}) | Fresh | 0 days",
         "Candidates: 2",
     ]
     assert add not in "\n".join(lines)

@@ -53,14 +53,16 @@ def test_add_through_the_daemon_writes_the_record_sbuf_would(sandbox: Sandbox) -
     args = ("--project", "add", "--access", "agent", "--kind", "decision", "--title", "Ship on Fridays",
             "--body", "Only with a green build.\n\n- one\n- two")  # fmt: skip
     warm, alone = both(box, *args)
-    assert (warm.returncode, warm.stderr) == (alone.returncode, alone.stderr) == (
-        0, "Visible to people and coding agents (MCP recall, `sbuf invoke`)\n")  # fmt: skip
+    visible = "Visible to people and coding agents (MCP recall, `sbuf invoke`)\n"
+    assert (warm.returncode, warm.stderr) == (0, visible)
+    second_copy = f"warning: {alone.stdout.strip()} is identical to active memory {warm.stdout.strip()}; "
+    assert (alone.returncode, alone.stderr.startswith(visible + second_copy)) == (0, True)
     written = []
     for done in (warm, alone):
         record_id = done.stdout.strip()
         assert ID.match(record_id)
         path = box.project_root / "records" / f"{record_id}.md"
-        assert box.sbuf("--project", "show", record_id).stdout == path.read_text(encoding="utf-8")
+        assert box.sbuf("--project", "show", record_id).stdout == path.read_text(encoding="utf-8") + "\n"
         record = parse_markdown(path.read_bytes())
         written.append(record.replace(id="-", created_at=None, updated_at=None))
     assert written[0] == written[1]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import httpx2
 
 from tests.helpers import SBUF
+from tests.system import program
 
 from .conftest import TIMEOUT, Server
 
@@ -34,8 +34,7 @@ def json_values(text: str) -> list[dict[str, object]]:
 
 
 def test_the_curl_examples_run(served: Server, client: httpx2.Client, tmp_path: Path) -> None:
-    curl = shutil.which("curl")
-    assert curl is not None, "the documentation examples need curl (apt-get install curl)"
+    program("curl")  # the examples run `curl` from PATH
     examples = curl_examples()
     assert len(examples) >= 8
     script = "\n".join(f"printf '\\n--- example {index}\\n'\n{block}" for index, block in enumerate(examples))

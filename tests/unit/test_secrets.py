@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from stormbuffer.core.secrets import contains_secret, engine, find_secret_fields, normalized, secret_families
 from stormbuffer.core.secrets.runs import find_runs
+from tests.system import program
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "secrets"
 TARGET_RECALL = 0.97
@@ -203,7 +204,7 @@ def traced(code: str, stdin: str, tmp_path: Path) -> tuple[subprocess.CompletedP
     """Run `code` in a fresh interpreter under strace; the socket and connect calls of every thread
     (the engine's native code included, which Python's audit hooks cannot see)."""
     log = tmp_path / "strace.log"
-    command = ["strace", "-f", "-qq", "-e", "trace=socket,connect", "-e", "signal=none", "-o", str(log)]
+    command = [program("strace"), "-f", "-qq", "-e", "trace=socket,connect", "-e", "signal=none", "-o", str(log)]
     done = subprocess.run(
         [*command, sys.executable, "-c", code], input=stdin, capture_output=True, text=True, check=False
     )

@@ -26,10 +26,10 @@ from stormbuffer.auth.credential import read_token
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.records import Record
 from tests.helpers import SBUF, Sandbox, invoke, link_tree
+from tests.system import program
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "screenshots"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 START_TIMEOUT = 30.0
 
 
@@ -120,14 +120,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> I
 def chromium(*, javascript: bool = True) -> WebDriver:
     """Headless Chromium; it reaches nothing but loopback (no background networking, no updates)."""
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = program("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage", "--window-size=1100,900"):  # fmt: skip
         options.add_argument(flag)
     if not javascript:
         options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(program("chromium-driver")), options=options)
     driver.set_page_load_timeout(30)
     return driver
 

@@ -29,6 +29,9 @@ def main() -> None:
         except BrokenPipeError:  # the reader went away; there is no one left to tell
             status = 1
         raise SystemExit(status)
-    from .main import main as run
+    try:
+        from .main import main as run
 
-    run()
+        run()
+    except KeyboardInterrupt:  # Ctrl-C before the command machinery could report it
+        raise SystemExit(130) from None

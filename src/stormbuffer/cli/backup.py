@@ -13,6 +13,7 @@ import click
 
 from ..backup.archive import decode_archive, encode_archive, read_archive, secret_findings
 from ..backup.destroy import destroy_store, preview_destruction
+from ..backup.errors import ImportCollision
 from ..backup.planning import ExistingPolicy, IdPolicy, ImportPlan, Policies, ScopePolicy
 from ..backup.transfer import Progress, export_store, import_archive, phase, write_export
 from ..core.records import STATUSES, Record
@@ -99,9 +100,29 @@ def import_records(path: str, on_scope: str | None, on_id: str | None, on_existi
     with _progress_bar() as progress:
         with failing("could not read import archive"):
             archive = decode_archive(data, phase(progress, "Verifying archive"))
-        with failing(context):
+        with failing(context), _naming_the_policy_flag():
             plan = import_archive(paths, archive, policies, dry_run=dry_run, progress=progress)
     _report_import(plan, dry_run)
+
+
+# the start of a collision the archive cannot be imported past without a policy -> the option that sets it
+POLICY_FLAGS = {
+    "scope collision requires": "--on-scope fail|skip|remap",
+    "id collision requires": "--on-id fail|skip|overwrite|remap",
+    "existing-record collision requires": "--on-existing fail|skip|overwrite",
+}
+
+
+@contextmanager
+def _naming_the_policy_flag() -> Iterator[None]:
+    """A collision that needs a policy names the option that chooses one."""
+    try:
+        yield
+    except ImportCollision as exc:
+        flag = next((flag for start, flag in POLICY_FLAGS.items() if str(exc).startswith(start)), None)
+        if flag is None:
+            raise
+        raise ImportCollision(f"{exc}; choose one with {flag} (--dry-run shows what each would do)") from None
 
 
 @command("destroy-store", help="Permanently remove the entire selected store.")

@@ -1,15 +1,15 @@
 """The editor round trip shared by `add`, `propose`, `edit` and `supersede`.
 
-The record is written to a new private temp file, `$VISUAL` (else `$EDITOR`) runs on it as a single
-program name with the file as its only argument, the result is parsed as a canonical record and
-saved. The temp file is removed in every case; text the user typed that could not be saved is kept
-as a draft (`drafts_dir`).
-"""
+The record is written to a new private temp file, `$VISUAL` (else `$EDITOR`) runs on it (the
+command split into words as a shell would, so `code --wait` works; the file is its last argument),
+the result is parsed as a canonical record and saved. The temp file is removed in every case; text
+the user typed that could not be saved is kept as a draft (`drafts_dir`)."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -25,10 +25,10 @@ from ..core.codec import parse_markdown, render_markdown
 from ..core.dirs import PRIVATE_FILE_MODE, claim_private, make_private
 from ..core.errors import RecordError, StoreError, StormbufferError
 from ..core.records import Record, validate
+from .text import one_line
 
-EDITOR_CONTEXT = "<editor>"
-DRAFT_CONTEXT = "<draft>"
 T = TypeVar("T")
+NO_EDITOR = "set $VISUAL or $EDITOR to edit records"
 
 
 class EditorFailed(StormbufferError):
@@ -36,7 +36,24 @@ class EditorFailed(StormbufferError):
 
 
 def configured_editor(env: Mapping[str, str]) -> str | None:
+    """The editor command: `$VISUAL`, else `$EDITOR`, else None."""
     return env.get("VISUAL") or env.get("EDITOR") or None
+
+
+def editor_words(editor: str) -> list[str]:
+    """The editor command split into words as a shell splits them."""
+    try:
+        words = shlex.split(editor)
+    except ValueError as exc:
+        raise EditorFailed(f"could not read $VISUAL or $EDITOR as a command: {exc}") from None
+    if not words:
+        raise EditorFailed(NO_EDITOR)
+    return words
+
+
+def shown_editor(words: list[str]) -> str:
+    """The editor command as errors name it: the program's file name (no directory) and its arguments."""
+    return one_line(shlex.join([Path(words[0]).name, *words[1:]]))
 
 
 def edit_text(data: bytes, env: Mapping[str, str], save: Callable[[Record], T]) -> T:
@@ -48,16 +65,22 @@ def edit_text(data: bytes, env: Mapping[str, str], save: Callable[[Record], T]) 
     """
     editor = configured_editor(env)
     if editor is None:
-        raise EditorFailed("set $VISUAL or $EDITOR to edit records")
+        raise EditorFailed(NO_EDITOR)
+    words = editor_words(editor)
     path = _write_temp(data)
     try:
         while True:
-            edited = _run_editor(editor, path, env, data)
+            edited = _run_editor(words, path, env, data)
             try:
-                record = parse_markdown(edited, EDITOR_CONTEXT)
+                record = parse_markdown(edited)
             except RecordError as exc:
                 problem = f"editor output is not a valid record: {exc.detail}"
-                if _reopen(problem):
+                try:
+                    again = _reopen(problem)
+                except KeyboardInterrupt:  # Ctrl-C at the question: exit 130, the text kept
+                    _keep(edited, env)
+                    raise
+                if again:
                     continue
                 _keep(edited, env)
                 raise EditorFailed(problem) from None
@@ -74,12 +97,14 @@ def review_draft(draft: Record, env: Mapping[str, str], save: Callable[[Record],
     """Open a new record's draft in the editor, then `save` it (see `edit_text`).
 
     A draft whose options already gave it its content (`complete`) is saved as it is when no editor is
-    configured, so that scripts can write records without one.
+    configured, so that scripts can write records without one; without either, the error says so.
     """
-    if complete and configured_editor(env) is None:
-        validate(draft, DRAFT_CONTEXT)
+    if configured_editor(env) is None:
+        if not complete:
+            raise EditorFailed(f"{NO_EDITOR}, or give the memory's text with --body (and --title)")
+        validate(draft)
         return save(draft)
-    return edit_text(render_markdown(draft, DRAFT_CONTEXT).encode(), env, save)
+    return edit_text(render_markdown(draft).encode(), env, save)
 
 
 def drafts_dir(env: Mapping[str, str]) -> Path:
@@ -102,17 +127,19 @@ def _private_drafts_dir(env: Mapping[str, str]) -> Path:
     return make_private(directory)
 
 
-def _run_editor(editor: str, path: Path, env: Mapping[str, str], original: bytes) -> bytes:
+def _run_editor(words: list[str], path: Path, env: Mapping[str, str], original: bytes) -> bytes:
     """Run the editor on `path`; the text it left. A failed editor keeps any text it changed."""
     try:
-        completed = subprocess.run([editor, str(path)], env=dict(env), check=False)
+        completed = subprocess.run([*words, str(path)], env=dict(env), check=False)
     except OSError as exc:
-        raise EditorFailed(f"could not start the record editor: {exc.strerror or type(exc).__name__}") from None
+        reason = exc.strerror or type(exc).__name__
+        raise EditorFailed(f"could not start the record editor `{shown_editor(words)}`: {reason}") from None
     edited = path.read_bytes()
     if completed.returncode != 0:
         if edited != original:
             _keep(edited, env)
-        raise EditorFailed(f"record editor exited unsuccessfully: {_describe_exit(completed.returncode)}")
+        shown = shown_editor(words)
+        raise EditorFailed(f"record editor `{shown}` exited unsuccessfully: {_describe_exit(completed.returncode)}")
     return edited
 
 
@@ -123,8 +150,10 @@ def _reopen(problem: str) -> bool:
     click.echo(problem, err=True)
     try:
         return click.confirm("Reopen the editor on the same text?", default=True, err=True)
-    except click.Abort:  # end of input or Ctrl-C at the prompt: the text is kept as a draft
+    except click.Abort as exc:  # end of input declines; Ctrl-C interrupts (the text is kept as a draft)
         click.echo(err=True)
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
         return False
 
 

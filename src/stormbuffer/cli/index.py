@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.stores import StorePaths, retrieval_stores
-from .context import current
+from .context import current, fail
 from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
+from .output import json_or_text, prints_json
 from .records import selected_store
+from .scopes import scope_label, scope_names
 from .text import one_line
 
 if TYPE_CHECKING:
@@ -285,6 +287,12 @@ def gc(dry_run: bool, include_index: bool, include_models: bool) -> None:
 # ---- search, context ----------------------------------------------------------------------------
 
 
+def _checked_query(query: str) -> None:
+    """An empty query is refused in the HTTP API's words."""
+    if not query.strip():
+        fail("invalid query: must not be empty")
+
+
 def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | None]:
     """The view's stores synced (with vectors when the model is ready, with progress bars on a
     terminal) and the semantic fallback reason; an invalid record file is left out, with a warning on
@@ -309,7 +317,8 @@ def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | No
 
 @command("search", help="Search indexed memories.")
 @click.argument("query")
-@click.option("--limit", type=int, default=20, show_default=True, help="Maximum number of results to return.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Maximum number of results to return (at most 100 are).")  # fmt: skip
 @click.option("--all", "include_all", is_flag=True, help="Include candidate, superseded, and archived records.")
 @click.option("--json", "as_json", is_flag=True, help="Emit a JSON array instead of human-readable result cards.")
 def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
@@ -318,6 +327,7 @@ def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
 
     cli = current()
     cli.machine_mode = as_json
+    _checked_query(query)
     stores, embedder, fallback = _prepared("could not search memories")
     options = SearchOptions(limit=limit, include_inactive=include_all)
     with failing("could not search memories"):
@@ -327,13 +337,14 @@ def search(query: str, limit: int, include_all: bool, as_json: bool) -> None:
         return
     out = cli.out()
     shown = [hit for hit in hits if _relevant(hit)]
+    names = scope_names(stores)
     cards = []
     for hit in shown:
         source = hit.sources[0]["reference"] if hit.sources else ""
         cards.append("\n".join([
             out.success(one_line(hit.title)),
             f"  {out.field('ID', hit.record_id)}",
-            f"  {out.field('Kind', hit.kind)}  {out.field('Scope', hit.scope)}",
+            f"  {out.field('Kind', hit.kind)}  {out.field('Scope', scope_label(hit.scope, names))}",
             f"  {one_line(hit.excerpt)}",
             f"  {out.field('Source', one_line(source))}",
             f"  {out.field('Path', out.path(one_line(hit.path)))}",
@@ -357,17 +368,20 @@ def _relevant(hit: SearchHit) -> bool:
 
 @command("context", help="Compile bounded context from indexed memories.")
 @click.argument("query")
-@click.option("--budget", type=int, default=512, show_default=True,
-              help="Maximum whitespace-delimited tokens in the evidence blocks.")  # fmt: skip
-@click.option("--limit", type=int, default=20, show_default=True, help="Maximum number of blocks.")
+@click.option("--budget", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Maximum whitespace-delimited tokens in the evidence blocks (at most 4096 are).")  # fmt: skip
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Maximum number of blocks (at most 100 are).")  # fmt: skip
 @click.option("--all", "include_all", is_flag=True, help="Include candidate, superseded, and archived records.")
-@click.option("--json", "as_json", is_flag=True, help="Emit the whole context (contract, blocks, receipt) as JSON.")
-def context(query: str, budget: int, limit: int, include_all: bool, as_json: bool) -> None:
+@json_or_text
+def context(query: str, budget: int, limit: int, include_all: bool, output: str | None) -> None:
+    """The JSON context (contract, blocks, receipt) when stdout is not a terminal, evidence as text on one."""
     from ..retrieval import ContextOptions, SearchOptions
     from ..retrieval import context as compile_context
 
     cli = current()
-    cli.machine_mode = as_json
+    cli.machine_mode = as_json = prints_json(output)
+    _checked_query(query)
     stores, embedder, fallback = _prepared("could not compile context")
     options = ContextOptions(budget=budget, search=SearchOptions(limit=limit, include_inactive=include_all))
     with failing("could not compile context"):
@@ -377,11 +391,13 @@ def context(query: str, budget: int, limit: int, include_all: bool, as_json: boo
         click.echo(json.dumps(compiled, indent=2, ensure_ascii=False))
         return
     out = cli.out()
+    names = scope_names(stores)
     for block in compiled["blocks"]:
         source = block["sources"][0]["reference"] if block["sources"] else ""
         click.echo(out.success(one_line(block["title"])))
         click.echo(f"  {out.field('ID', block['record_id'])}  {out.field('Kind', block['kind'])}  "
-                   f"{out.field('Source', one_line(source))}")  # fmt: skip
+                   f"{out.field('Scope', scope_label(block['scope'], names))}")  # fmt: skip
+        click.echo(f"  {out.field('Source', one_line(source))}")
         for line in block["text"].splitlines():
             click.echo(f"  | {one_line(line)}")
         click.echo()

@@ -62,6 +62,19 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """A mistyped subcommand is a usage error suggesting the closest one."""
+        name = args[0] if args else ""
+        if name in COMMANDS or name.startswith("-"):
+            return super().resolve_command(ctx, args)
+        import difflib
+
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f". Did you mean {close[0]!r}?" if close else ""
+        raise click.UsageError(f"unrecognized subcommand {name!r}{hint}", ctx)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         target = COMMANDS.get(name)
         if target is None:
@@ -155,14 +168,19 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help(), err=True)
         sys.exit(2)
+    except click.UsageError as exc:
+        _show_usage_error(exc)
+        sys.exit(exc.exit_code)
     except CommandFailed as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        CommandFailed(exc.format_message()).show()
         sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("error: cancelled", err=True)
+    except click.Abort as exc:  # click's form of Ctrl-C, or of end of input at a prompt
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            sys.exit(130)
+        CommandFailed("cancelled").show()
         sys.exit(1)
     except StormbufferError as exc:
         CommandFailed(str(exc)).show()
@@ -175,6 +193,14 @@ def main(argv: list[str] | None = None) -> None:
         CommandFailed(f"{exc.strerror or type(exc).__name__}").show()
         sys.exit(1)
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def _show_usage_error(exc: click.UsageError) -> None:
+    """`error: <message>`, the usage line, and where to read more (exit 2), as for every other error."""
+    message = exc.format_message()
+    CommandFailed(message[:1].lower() + message[1:]).show()  # click's "No such option" as "no such option"
+    if exc.ctx is not None:
+        click.echo(f"\n{exc.ctx.get_usage()}\n\nFor more information, try '{exc.ctx.command_path} --help'.", err=True)
 
 
 __all__ = ["COMMANDS", "cli", "command", "current", "main"]

@@ -12,7 +12,7 @@ import click
 
 from ..core import usage
 from ..core.ids import new_record_id, parse_record_id
-from ..core.records import KIND_REASON, KINDS, STATUSES, Record, Source
+from ..core.records import KIND_REASON, KINDS, STATUSES, Record, Source, normalize
 from ..core.repository import Repository, must_be
 from ..core.stores import StorePaths, initialize_store, read_config
 from ..core.timestamps import Timestamp, later_of
@@ -201,7 +201,7 @@ def status(as_json: bool) -> None:
         ),
         ("Index version", "unavailable" if report["index_version"] is None else str(report["index_version"])),
         ("Embedding version", report["embedding_version"] or "unavailable"),
-        ("Last sync", report["last_successful_sync"] or "never"),
+        ("Last sync", _to_the_second(report["last_successful_sync"]) or "never"),
         (
             "Vectors",
             f"{report['vectors_pending']} texts waiting to be embedded (the daemon, `sbuf sync` or "
@@ -215,6 +215,11 @@ def status(as_json: bool) -> None:
     for name in report.get("invalid_files", []):
         shown = f"{one_line(name)} (left out; repair it, then run `sbuf {cli.scope_flag} sync`)"
         click.echo(out.field("Invalid file", out.warning(shown)))
+
+
+def _to_the_second(stamp: str | None) -> str | None:
+    """An RFC 3339 time without its fraction of a second, for people."""
+    return None if stamp is None else re.sub(r"\.\d+(?=Z|[+-]\d\d:\d\d$)", "", stamp)
 
 
 def _inspect(paths: StorePaths) -> dict[str, Any]:
@@ -286,6 +291,44 @@ def add(title: str | None, kind: str | None, body: str | None, access: str) -> N
         record = review_draft(draft, current().env, lambda made: warm.add(repository, made), complete=body is not None)
     click.echo(record.id)
     click.echo(f"Visible to {ACCESS_AUDIENCE[record.access]}", err=True)
+    twin = _active_twin(repository.paths, record)
+    if twin is not None:
+        _warn_overlap(record.id, twin, "is identical to")
+
+
+def _active_twin(paths: StorePaths, record: Record) -> str | None:
+    """The id of another active memory with the same scope, kind, title and body (whitespace and ASCII
+    case aside), found through the projection the write just updated; None when it cannot be read."""
+    import sqlite3
+
+    from ..core.codec import parse_markdown
+    from ..core.errors import StormbufferError
+    from ..index import projection
+
+    title, body = normalize(record.title), normalize(record.body)
+    try:
+        index = projection.existing_index_path(paths)
+        if index is None:
+            return None
+        with projection.reading(index) as conn:
+            rows = conn.execute(
+                "SELECT id, path FROM records WHERE title_key = ? AND kind = ? AND scope = ? AND status = 'active' "
+                "AND id != ? ORDER BY id", (title, record.kind, record.scope, record.id),
+            ).fetchall()  # fmt: skip
+        for other_id, path in rows:
+            if normalize(parse_markdown((paths.root / path).read_bytes()).body) == body:
+                return str(other_id)
+    except (StormbufferError, OSError, sqlite3.Error):  # only a warning is lost
+        return None
+    return None
+
+
+def _warn_overlap(record_id: str, other_id: str, relation: str) -> None:
+    """Two active memories where one may do: say so, and how to keep only one."""
+    flag = current().scope_flag
+    click.echo(f"warning: {record_id} {relation} active memory {other_id}; both are now active. To keep one, "
+               f"replace the other: `sbuf {flag} supersede {other_id}` (or `sbuf {flag} archive {record_id}`)",
+               err=True)  # fmt: skip
 
 
 @command("propose", help="Propose an agent memory candidate for review.", epilog=NO_EDITOR_DRAFT)
@@ -315,11 +358,33 @@ def reject(record_id: str) -> None:
 
 
 def _decide(text: str, *, approve: bool) -> None:
+    """Prints `<id>\t<outcome>\t<status>`; a rejection's outcome reads `rejected`. Approving a candidate
+    that may overlap an active memory warns, naming it."""
     record_id = record_id_argument(text)
     repository = selected_repository()
+    overlap = None
     with failing("could not update candidate"):
-        result = repository.approve(record_id) if approve else repository.reject(record_id)
-    click.echo(f"{result.record_id}\t{result.outcome}\t{result.status or ''}")
+        if approve:
+            overlap = _overlap_of(repository, record_id)
+            result = repository.approve(record_id)
+        else:
+            result = repository.reject(record_id)
+    outcome = "rejected" if not approve and result.outcome == "accepted" else result.outcome
+    click.echo(f"{result.record_id}\t{outcome}\t{result.status or ''}")
+    if overlap is not None and result.status == "active":
+        _warn_overlap(record_id, overlap, "may overlap")
+
+
+def _overlap_of(repository: Repository, record_id: str) -> str | None:
+    """The active memory a candidate may overlap (same scope, kind and title), as `inbox` shows it."""
+    from ..core import review
+
+    stored, _invalid = repository.review_records()
+    for candidate in review.candidates(stored, Timestamp.now()):
+        if candidate.stored.record.id == record_id and candidate.overlap_id is not None:
+            status = next(item.record.status for item in stored if item.record.id == candidate.overlap_id)
+            return candidate.overlap_id if status == "active" else None
+    return None
 
 
 @command("edit", help="Edit a memory.")
@@ -332,12 +397,16 @@ def edit(record_id: str) -> None:
     with failing("could not save edited record"):
         must_be(stored.record, "active")
 
-        def save(edited: Record) -> Record:
+        def save(edited: Record) -> Record | None:
+            if edited == stored.record:  # nothing changed: nothing is written, `updated_at` stays
+                return None
             edited = edited.replace(updated_at=later_of(Timestamp.now(), edited.created_at))
             return repository.replace_if_unchanged(stored, edited)
 
-        edit_text(stored.data, current().env, save)
+        saved = edit_text(stored.data, current().env, save)
     click.echo(record_id)
+    if saved is None:
+        click.echo("No changes: nothing was written", err=True)
 
 
 @command("supersede", help="Supersede a memory with a new active record.", epilog=NO_EDITOR_REPLACEMENT)
@@ -395,7 +464,7 @@ def forget(record_id: str, destroy: bool, yes: bool) -> None:
     if yes and not destroy:
         raise click.UsageError("the argument '--yes' requires '--destroy'")
     if not destroy:
-        fail("forget requires --destroy for permanent deletion")
+        fail("forget requires --destroy for permanent deletion (and --yes when not run at a terminal)")
     record_id = record_id_argument(record_id)
     repository = selected_repository()
     with failing("could not permanently delete record"):
@@ -425,7 +494,7 @@ def show(record_id: str) -> None:
     repository = selected_repository()
     with failing("could not read record"):
         data = repository.find(record_id).data
-    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
     sys.stdout.buffer.flush()
 
 

@@ -16,6 +16,7 @@ from .context import current, fail
 from .failures import failing, warn_degraded
 from .main import command
 from .records import selected_store
+from .scopes import scope_label, scope_names
 from .text import one_line
 
 MAX_DAYS = 36_500  # a century: larger ages are a typing mistake, not a policy
@@ -88,8 +89,10 @@ def inbox(
     if as_json:
         click.echo(json.dumps(entries, separators=(",", ":"), ensure_ascii=False))
         return
+    names = scope_names([selected_store()])
     for entry in entries:
-        line = f"{entry['id']} | {entry['kind']} | {entry['scope']} | {one_line(str(entry['title']))}"
+        scope = scope_label(str(entry["scope"]), names)
+        line = f"{entry['id']} | {entry['kind']} | {scope} | {one_line(str(entry['title']))}"
         line += f" | {entry['age_days']} days"
         if entry["possible_overlap_id"] is not None:
             line += f" | possible overlap: {entry['possible_overlap_id']}"
