@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import invoke, records, search
-from .access import PUBLIC_PREFIXES, Authenticate, Credentials
+from .access import PUBLIC_PREFIXES, RESOURCE_METADATA, Authenticate, Credentials, resource_metadata
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
@@ -43,6 +43,7 @@ async def openapi_json(request: Request) -> Response:
 def api_routes() -> list[BaseRoute]:
     return [
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route(RESOURCE_METADATA, resource_metadata, methods=["GET"]),
         Route("/v1/records", records.list_records, methods=["GET"]),
         Route("/v1/records", records.create_record, methods=["POST"]),
         Route("/v1/records/{id}", records.get_record, methods=["GET"]),

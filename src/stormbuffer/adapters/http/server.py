@@ -72,14 +72,23 @@ def display_address(host: str, port: int) -> str:
 
 
 def serve(
-    store: StoreContext, sock: socket.socket, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+    store: StoreContext,
+    sock: socket.socket,
+    credentials: Credentials,
+    extra_routes: Sequence[BaseRoute] = (),
+    tls: tuple[str, str] | None = None,
 ) -> None:
-    """Serve the API on the bound socket until a shutdown signal."""
-    loopback_server(store, sock, credentials, extra_routes).run(sockets=[sock])
+    """Serve the API on the bound socket until a shutdown signal (over TLS with `tls`: certificate
+    and key files)."""
+    loopback_server(store, sock, credentials, extra_routes, tls).run(sockets=[sock])
 
 
 def loopback_server(
-    store: StoreContext, sock: socket.socket, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+    store: StoreContext,
+    sock: socket.socket,
+    credentials: Credentials,
+    extra_routes: Sequence[BaseRoute] = (),
+    tls: tuple[str, str] | None = None,
 ) -> LoopbackServer:
     """The server of the app for `store` on the bound socket, for holders of `credentials`
     (`run(sockets=[sock])` serves it; setting `should_exit` stops it, as a signal does)."""
@@ -89,7 +98,8 @@ def loopback_server(
     app = build_app(store, sock.getsockname()[0], credentials, extra_routes)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
-                            http=BoundedH11Protocol, ws="none", backlog=accept_batch())  # fmt: skip
+                            http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
+                            ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)  # fmt: skip
     return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
 
 
