@@ -1,12 +1,14 @@
-"""`sbuf [view] team token create|list|revoke`: the principals of a team server (`sbuf serve --team`).
+"""`sbuf [view] team token create|list|revoke` and `sbuf [view] team audit`: the principals of a
+team server (`sbuf serve --team`) and what they did.
 
-Tokens live with the selected store (`auth.tokens`); `create` prints the token once, as its last
-line of output, and nothing keeps it but a hash.
+Tokens and the audit trail live with the selected store (`auth.tokens`, `auth.audit`); `create`
+prints the token once, as its last line of output, and nothing keeps it but a hash.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
@@ -99,3 +101,44 @@ def _entries() -> list[TeamToken]:
         return _tokens().entries()
     except TokenError as exc:
         fail(str(exc))
+
+
+@team.command("audit", help="Who read or wrote which records through the team server, oldest first.")
+@click.option("--who", metavar="NAME", help="Only this principal's requests.")
+@click.option("--record", metavar="ID", help="Only requests that named, returned or wrote this record.")
+@click.option(
+    "--since", metavar="WHEN", help="From this time on: `2026-12-01`, `2026-12-01T09:30:00Z`, or `24h`, `7d` ago."
+)
+@click.option("--json", "as_json", is_flag=True, help="Emit JSON Lines, one entry a line.")
+def audit(who: str | None, record: str | None, since: str | None, as_json: bool) -> None:
+    from ..auth.audit import AuditTrail, Filter
+
+    wanted = Filter(who, record, _since(since) if since else None)
+    for entry in AuditTrail(_tokens().paths).entries(wanted):
+        if as_json:
+            click.echo(json.dumps(entry, ensure_ascii=False))
+            continue
+        records = " ".join(entry.get("records", ())) or "-"
+        receipt = f"  receipt {entry['receipt']}" if entry.get("receipt") else ""
+        who = entry.get("who") or "(no valid token)"
+        operation = entry.get("operation") or entry.get("request")
+        click.echo(
+            f"{entry.get('at')}  {who}  {entry.get('door')}  {operation}  {entry.get('status')}  {records}{receipt}"
+        )
+
+
+def _since(text: str) -> datetime:
+    """An absolute time (UTC unless it says otherwise), or a duration before now."""
+    from ..auth.tokens import TokenError, now, parse_expiry
+
+    try:
+        ago = parse_expiry(text)
+    except TokenError:
+        ago = None
+    if ago is not None:
+        return now() - ago
+    try:
+        found = datetime.fromisoformat(text)
+    except ValueError:
+        fail("--since must be a date, a time (`2026-12-01T09:30:00Z`) or a duration (`24h`, `7d`)")
+    return found if found.tzinfo is not None else found.replace(tzinfo=UTC)

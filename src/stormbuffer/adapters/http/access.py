@@ -152,6 +152,7 @@ def allow(request: Request, operation: str, proposers: Collection[str] = ()) -> 
     """The caller, once `authorize` let it run `operation` on the served store (403 otherwise, 404
     as for a missing record outside its scopes); `proposers` as `authorize` takes them."""
     caller = principal(request)
+    request.state.operation = operation  # for the audit entry
     try:
         authorize(caller, operation, store_context(request).scope, proposers)
     except Refused as exc:

@@ -2,9 +2,9 @@
 
 `build_app(store, bound, credentials, extra_routes)` is the one way to make it. Extra routes (the
 review pages) are matched after the API's and sit behind the same middleware: the request log (which
-also marks every answer `nosniff` and, outside `/static/`, `no-store`), the loopback guard, the
-credential check and the error mapping apply to every route. A route finds the store through
-`store_context` and its caller through `access.allow`.
+also marks every answer `nosniff` and, outside `/static/`, `no-store`), the loopback guard, on a
+team server the audit trail, the credential check and the error mapping apply to every route. A
+route finds the store through `store_context` and its caller through `access.allow`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stormbuffer.auth.audit import AuditTrail
+
 from . import invoke, records, search
 from .access import PUBLIC_PREFIXES, RESOURCE_METADATA, Authenticate, Credentials, resource_metadata
+from .audit import AuditRequests
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
@@ -62,11 +65,13 @@ def build_app(
 ) -> Starlette:
     """The app serving `store` on the loopback address `bound` to holders of `credentials`, with
     `extra_routes` after the API's."""
+    audit = [] if credentials.team is None else [Middleware(AuditRequests, trail=AuditTrail(credentials.team.paths))]
     app = Starlette(
         routes=[*api_routes(), *extra_routes],
         middleware=[
             Middleware(RequestLog),
             Middleware(LoopbackGuard, bound=bound),
+            *audit,
             Middleware(Authenticate, credentials=credentials),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},

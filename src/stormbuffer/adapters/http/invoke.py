@@ -25,6 +25,7 @@ from stormbuffer.protocol.session import Session
 
 from . import bodies
 from .access import allow, author
+from .audit import noted_from_envelope
 from .context import store_context
 from .errors import ApiError
 
@@ -62,6 +63,8 @@ async def invoke_operation(request: Request) -> Response:
         except MutationBusy as exc:  # its turn did not come in time
             busy = from_core(exc)
             line, ok = encode(failure(operation, busy.code, busy.message)), False
+    if name is not None:
+        noted_from_envelope(request, json.loads(line))
     status = 200 if ok else STATUS.get(json.loads(line)["error"]["code"], 500)
     return Response(line.encode("utf-8"), status, media_type="application/json")
 

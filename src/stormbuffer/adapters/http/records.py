@@ -26,6 +26,7 @@ from stormbuffer.protocol.errors import ProtocolError
 
 from . import bodies
 from .access import allow, author, guard_write, stamped
+from .audit import note
 from .context import store_context
 from .errors import NO_STORE, PRECONDITION_REQUIRED, REVISION_CONFLICT, ApiError, json_response, validation_error
 
@@ -51,6 +52,7 @@ async def list_records(request: Request) -> Response:
     include_all = bodies.boolean(params, "all")
     store = store_context(request)
     records = await store.read(lambda: store.repository().records(include_inactive=include_all))
+    note(request, (record.id for record in records))
     return json_response([record.to_json() for record in records])
 
 
@@ -62,6 +64,7 @@ async def create_record(request: Request) -> Response:
     record = stamped(_record(value, new_record_id(), store.scope, now, now), author(request))
     guard_write(caller, record)
     result: ProposalResult = await store.write(store.repository().propose, record, "human")
+    note(request, [result.record_id])
     headers = (
         {"Location": f"/v1/records/{result.record_id}"} if result.outcome in ("accepted", "possible_overlap") else {}
     )

@@ -19,6 +19,7 @@ from stormbuffer.protocol.reads import prepare_retrieval
 
 from . import bodies
 from .access import allow
+from .audit import note
 from .context import StoreContext, store_context
 from .errors import json_response, validation_error
 
@@ -39,6 +40,7 @@ async def search_records(request: Request) -> Response:
     include_all = bodies.boolean(params, "all")
     store = store_context(request)
     hits, mode, fallback, invalid = await store.read(_search, store, query, limit, include_all)
+    note(request, (str(hit["record_id"]) for hit in hits))
     headers = {MODE_HEADER: mode, **({FALLBACK_HEADER: fallback} if fallback else {})}
     if invalid:
         headers[DEGRADED_HEADER] = str(invalid)
