@@ -16,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.helpers import SBUF, tree_digest
+from tests.helpers import SBUF, record_markdown, tree_digest
 from tests.http.conftest import LISTENING, TIMEOUT, Server, sandbox_with_stores, start
 
 STORED = "01900000-0000-7000-8000-0000000005e1"
@@ -219,3 +219,39 @@ def test_a_team_server_speaks_tls(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=TIMEOUT) == 0
+
+
+HUMAN = "01900000-0000-7000-8000-00000000a11c"
+HOST_ONLY = "01900000-0000-7000-8000-0000000009b1"
+
+
+def test_records_meant_for_people_are_served_to_reviewers_only(team: Team) -> None:
+    team.server.write(HUMAN, title="Salary bands", access="human", body="Only people read the salary bands.\n")
+    missing = team.call("alice", "GET", f"/v1/records/{MISSING}")
+    for name in ("rita", "bot"):
+        hidden = team.call(name, "GET", f"/v1/records/{HUMAN}")
+        assert (hidden.status_code, hidden.content) == (404, missing.content), (name, hidden.text)
+        assert HUMAN not in team.call(name, "GET", "/v1/records?all=true").text
+        found = team.call(name, "GET", "/v1/search?query=salary+bands&all=true")
+        assert found.status_code == 200 and HUMAN not in found.text, (name, found.text)
+    assert team.call("alice", "GET", f"/v1/records/{HUMAN}").status_code == 200
+    assert HUMAN in team.call("alice", "GET", "/v1/records").text
+    assert HUMAN in team.call("alice", "GET", "/v1/search?query=salary+bands").text
+
+
+def test_the_global_store_of_the_user_running_the_server_is_not_served(team: Team) -> None:
+    box = team.server.box
+    (box.global_root / "records" / f"{HOST_ONLY}.md").write_text(
+        record_markdown(HOST_ONLY, "global", title="Host holiday plans", access="agent", body="Host holiday plans.\n"),
+        encoding="utf-8",
+    )
+    local = box.sbuf("--project", "search", "host holiday plans")  # the project view reads it
+    assert local.returncode == 0 and "Host holiday plans" in local.stdout, local.stdout + local.stderr
+    for name in ("alice", "rita"):
+        got = team.call(name, "POST", "/v1/invoke/get", {"version": 1, "id": HOST_ONLY})
+        assert got.json()["error"]["code"] == "not_found", got.text
+        context = team.call(name, "POST", "/v1/invoke/context", {"version": 1, "query": "host holiday plans"})
+        assert context.status_code == 200 and HOST_ONLY not in context.text, context.text
+        denied = team.call(name, "POST", "/v1/invoke/search", {"version": 1, "query": "host", "scope": "global"})
+        assert denied.json()["error"]["code"] == "scope_denied", denied.text
+        assert HOST_ONLY not in team.call(name, "GET", "/v1/search?query=host+holiday+plans").text

@@ -8,6 +8,7 @@
   work, four eyes on approvals included; `Refused` says why not (`out_of_scope`: answer as for a
   record that does not exist). `OPERATIONS` names each operation's least role; `PROTOCOL_OPERATIONS`
   maps the version-1 protocol's operations onto them.
+- `reads_human_records(principal)`: whether `access = "human"` records are served to it.
 - `local_user(kind)`: the one principal of a loopback server, the user who runs it (admin over
   every scope).
 - `credential`: the per-user secret of the local doors (`sbuf auth token`), in a 0600 file under
@@ -28,9 +29,10 @@ from .principals import (
     Role,
     authorize,
     local_user,
+    reads_human_records,
 )
 
 __all__ = [
     "ALL_SCOPES", "OPERATIONS", "PROTOCOL_OPERATIONS", "Kind", "Principal", "Refused", "Role", "authorize",
-    "local_user",
+    "local_user", "reads_human_records",
 ]  # fmt: skip

@@ -84,6 +84,12 @@ def authorize(principal: Principal, operation: str, scope: str, proposers: Colle
         raise Refused("nobody approves a candidate they proposed; another reviewer must approve it")
 
 
+def reads_human_records(principal: Principal) -> bool:
+    """Whether `principal` may read records whose `access` is `human` (meant for people): those who
+    review may (the local user, a team's reviewers and admins); readers and agents may not."""
+    return principal.role >= Role.REVIEWER
+
+
 def local_user(kind: Kind) -> Principal:
     """The one principal of a loopback server: the user running it, admin over every scope."""
     try:

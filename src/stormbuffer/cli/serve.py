@@ -5,7 +5,8 @@ server listens, the review page's sign-in address, which carries the credential,
 standard output (the log on standard error never holds it).
 
 With `--team`, every request needs one of the store's team tokens instead (`sbuf team token`),
-on loopback too, and the review page is not served. A team server may bind a non-loopback address
+on loopback too; the selected store is served alone (the project view's global store is not) and
+the review page is not served. A team server may bind a non-loopback address
 only over TLS (`--tls-cert`, `--tls-key`); plain HTTP there is refused before anything is bound."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 import click
 
 from ..core.errors import NotInitialized, StormbufferError
+from ..core.stores import View
 from .context import current, fail
 from .main import command
 
@@ -72,7 +74,7 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     keep_warm()
     try:
         try:
-            store = StoreContext.open(cli.view, cli.cwd, cli.env, freshness)
+            store = StoreContext.open(_served_view(cli.view, team), cli.cwd, cli.env, freshness)
         except NotInitialized:
             fail("could not start server: store is not initialized")
         except StormbufferError as exc:
@@ -103,6 +105,11 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
         run(store, sock, Credentials(token), routes())
     finally:
         freshness.close()
+
+
+def _served_view(view: View, team: bool) -> View:
+    """A team server serves the selected store alone: never the global store of the user running it."""
+    return View.LOCAL if team and view is View.PROJECT else view
 
 
 def _local_token(env: Mapping[str, str]) -> str:

@@ -1,6 +1,7 @@
 """`/v1/records…`: browse, create and edit records, and move them through their lifecycle.
 
-Each route asks `allow` first: listing and reading are `get`, creating is `add`, replacing is
+Each route asks `allow` first: listing and reading are `get` (records meant for people, `access =
+"human"`, only for those who review: to others they do not exist), creating is `add`, replacing is
 `edit`, and each lifecycle action is itself; approving asks again with the candidate's authors, whom
 four eyes keep from approving it. Creation goes through the proposal path with the
 activation of a reviewer (the record is active unless it may overlap another; duplicates are
@@ -15,8 +16,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from stormbuffer.auth import Principal
-from stormbuffer.core.errors import Conflict
+from stormbuffer.auth import Principal, reads_human_records
+from stormbuffer.core.errors import Conflict, NotFound
 from stormbuffer.core.ids import new_record_id
 from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import ProposalResult, Repository, StoredRecord
@@ -47,11 +48,13 @@ def record_response(stored: StoredRecord) -> Response:
 
 
 async def list_records(request: Request) -> Response:
-    allow(request, "get")
+    caller = allow(request, "get")
     params = bodies.query_params(request, {"all": False})
     include_all = bodies.boolean(params, "all")
     store = store_context(request)
     records = await store.read(lambda: store.repository().records(include_inactive=include_all))
+    if not reads_human_records(caller):
+        records = [record for record in records if record.access != "human"]
     note(request, (record.id for record in records))
     return json_response([record.to_json() for record in records])
 
@@ -72,10 +75,13 @@ async def create_record(request: Request) -> Response:
 
 
 async def get_record(request: Request) -> Response:
-    allow(request, "get")
+    caller = allow(request, "get")
     record_id = bodies.record_id(request.path_params["id"])
     store = store_context(request)
-    return record_response(await store.read(store.repository().find, record_id))
+    stored = await store.read(store.repository().find, record_id)
+    if stored.record.access == "human" and not reads_human_records(caller):
+        raise NotFound(record_id)  # answered as if it did not exist
+    return record_response(stored)
 
 
 async def replace_record(request: Request) -> Response:
