@@ -102,16 +102,27 @@ class TeamTokens:
         self.paths = paths
         self.folder = paths.root / TEAM_DIR
         self.file = self.folder / TOKENS_FILE
+        self._cached: tuple[tuple[int, int, int], tuple[TeamToken, ...]] | None = None
 
     def entries(self) -> list[TeamToken]:
+        """The entries, parsed again only when the file changed (it is replaced whole, never edited)."""
+        try:
+            status = os.stat(self.file)
+        except FileNotFoundError:
+            return []
+        signature = (status.st_ino, status.st_mtime_ns, status.st_size)
+        if self._cached is not None and self._cached[0] == signature:
+            return list(self._cached[1])
         try:
             text = self.file.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
         try:
-            return [_entry(value) for value in tomllib.loads(text).get("token", [])]
+            parsed = [_entry(value) for value in tomllib.loads(text).get("token", [])]
         except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError):
             raise TokenError(f"the team token file {TEAM_DIR}/{TOKENS_FILE} is damaged") from None
+        self._cached = (signature, tuple(parsed))
+        return parsed
 
     def create(self, name: str, role: Role, scopes: tuple[str, ...], lifetime: timedelta | None) -> str:
         """A new token for `name` (the token itself, shown once)."""
