@@ -1,0 +1,124 @@
+"""What a team token costs `sbuf serve --team`: the in-process check of one request's token against a
+store holding 100 tokens (hash, lookup by id, constant-time compare, the file's change check), one
+audit entry's append, and through a real team server on an empty store the p50 of an authenticated
+`GET /v1/records` beside a refused one (401, no token), each audited; `sbuf --version` is timed in
+the same run. Target: a token check adds at most 1 ms at p50.
+
+    .venv/bin/python bench/team_auth.py [--requests 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx2  # noqa: E402
+from invoke_latency import timed_run  # noqa: E402
+from machine import machine, result_rows  # noqa: E402
+
+from stormbuffer.adapters.http.access import Credentials  # noqa: E402
+from stormbuffer.auth import Role  # noqa: E402
+from stormbuffer.auth.audit import AuditTrail  # noqa: E402
+from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
+from stormbuffer.core.stores import PlatformDirs, View, record_scope, resolve_store  # noqa: E402
+from tests.helpers import SBUF, Sandbox  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "team_auth.json"
+TARGETS = {"team_token_check_p50": 0.001}
+LISTENING = re.compile(r"listening address=(\S+)")
+TOKENS = 100
+
+
+def per_call(function: object, rounds: int = 5, per_round: int = 2_000) -> float:
+    """Seconds per call of `function()`, the median of `rounds` rounds."""
+    assert callable(function)
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        for _ in range(per_round):
+            function()
+        times.append((time.perf_counter() - began) / per_round)
+    return statistics.median(times)
+
+
+def in_process(box: Sandbox) -> tuple[dict[str, float], str]:
+    """The token check and the audit append, in this process; and the last token made."""
+    paths = resolve_store(View.PROJECT, box.cwd, PlatformDirs.from_environ(box.env))
+    tokens = TeamTokens(paths)
+    token = ""
+    for number in range(TOKENS):
+        token = tokens.create(f"member-{number}", Role.AGENT, (record_scope(paths),), None)
+    credentials = Credentials.for_team(tokens)
+    scope = {"type": "http", "path": "/v1/records", "server": ("127.0.0.1", 7342),
+             "headers": [(b"host", b"127.0.0.1:7342"), (b"authorization", f"Bearer {token}".encode())]}  # fmt: skip
+    assert credentials.principal(scope) is not None
+    trail = AuditTrail(paths)
+    entry = {"at": "2026-01-01T00:00:00Z", "who": "member-1", "door": "http", "operation": "get",
+             "request": "GET /v1/records", "status": 200, "records": [], "receipt": None}  # fmt: skip
+    return {
+        "team_token_check_p50": per_call(lambda: credentials.principal(scope)),
+        "audit_append_p50": per_call(lambda: trail.append(entry)),
+    }, token
+
+
+def served_p50s(box: Sandbox, token: str, requests: int) -> dict[str, float]:
+    """p50 seconds of an authenticated and of a refused `GET /v1/records` on one real team server."""
+    process = subprocess.Popen([str(SBUF), "--project", "serve", "--team", "--port", "0"], cwd=box.cwd, env=box.env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    timings: dict[str, list[float]] = {"authenticated": [], "refused": []}
+    try:
+        assert process.stderr is not None
+        address = next(found.group(1) for line in process.stderr if (found := LISTENING.search(line)))
+        threading.Thread(target=process.stderr.read, daemon=True).start()  # one log line per request
+        with httpx2.Client(base_url=f"http://{address}", trust_env=False, timeout=30) as client:
+            for _ in range(requests):
+                for name, headers in (("authenticated", {"Authorization": f"Bearer {token}"}), ("refused", {})):
+                    began = time.perf_counter()
+                    status = client.get("/v1/records", headers=headers).status_code
+                    timings[name].append(time.perf_counter() - began)
+                    assert status == (200 if name == "authenticated" else 401)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    return {f"team_{name}_get_records_p50": statistics.median(values) for name, values in timings.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=300)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as base:
+        box = Sandbox.create(Path(base))
+        assert box.sbuf("--project", "init").returncode == 0
+        timed_run(["--version"], box.cwd, box.env)
+        version = statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
+        measured, token = in_process(box)
+        measured.update(served_p50s(box, token, options.requests))
+    rows = result_rows(measured, TARGETS, version)
+    print(f"sbuf --version: {version * 1000:.1f} ms ({TOKENS} tokens in the store)")
+    for row in rows:
+        seconds = measured[row["name"]]
+        print(f"{row['name']:>40}: {seconds * 1e6:9.1f} µs  ({seconds / version:.4f} × --version)  "
+              f"meets target: {row['meets_target']}")  # fmt: skip
+        row["microseconds"] = round(seconds * 1e6, 1)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps({"when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
+                                   "version_s": round(version, 4), "tokens": TOKENS, "requests": options.requests,
+                                   "results": rows}, indent=2) + "\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
