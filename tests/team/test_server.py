@@ -255,3 +255,17 @@ def test_the_global_store_of_the_user_running_the_server_is_not_served(team: Tea
         denied = team.call(name, "POST", "/v1/invoke/search", {"version": 1, "query": "host", "scope": "global"})
         assert denied.json()["error"]["code"] == "scope_denied", denied.text
         assert HOST_ONLY not in team.call(name, "GET", "/v1/search?query=host+holiday+plans").text
+
+
+def test_the_typed_http_client_takes_a_team_token(team: Team) -> None:
+    from stormbuffer.client.http import HttpClient
+
+    with HttpClient(team.server.base_url, token=team.tokens["bot"], env={}) as client:
+        written = client.envelope("remember", {**REMEMBER, "title": "Typed client fact"})
+        assert written["ok"] is True, written
+        recalled = client.envelope("context", {"query": "when does the deploy run"})
+        assert recalled["ok"] is True and recalled["result"]["receipt"]["receipt_id"]
+    assert [source["actor"] for source in sources(team, written["result"]["record_id"])] == ["bot"]
+    nobody = {"HOME": str(team.server.box.base / "nobody")}  # a home without a credential
+    with HttpClient(team.server.base_url, env=nobody) as anonymous:
+        assert anonymous.exchange("context", b'{"version":1,"query":"deploy"}').status == 401
