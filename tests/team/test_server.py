@@ -10,13 +10,14 @@ import re
 import ssl
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
-from tests.helpers import SBUF, record_markdown, tree_digest
+from tests.helpers import SBUF, Sandbox, record_markdown, tree_digest
 from tests.http.conftest import LISTENING, TIMEOUT, Server, sandbox_with_stores, start
 
 STORED = "01900000-0000-7000-8000-0000000005e1"
@@ -186,6 +187,8 @@ def test_no_token_is_ever_logged(team: Team) -> None:
     (("--team", "--bind", "0.0.0.0"), "a team server refuses plain HTTP on a non-loopback address"),
     (("--bind", "192.0.2.7"), "serve only accepts loopback addresses"),
     (("--team", "--tls-cert", "cert.pem"), "--tls-cert and --tls-key go together"),
+    (("--behind-proxy", "127.0.0.1"), "add --team"),
+    (("--team", "--behind-proxy", "127.0.0.1", "--tls-cert", "c", "--tls-key", "k"), "not both"),
 ])  # fmt: skip
 def test_plain_http_off_loopback_is_refused_before_binding(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     box = sandbox_with_stores(tmp_path / "sandbox", None)
@@ -195,20 +198,34 @@ def test_plain_http_off_loopback_is_refused_before_binding(tmp_path: Path, args:
     assert "could not bind" not in refused.stderr and "listening" not in refused.stderr  # refused, not failed to bind
 
 
+@contextmanager
+def team_server(box: Sandbox, *args: str) -> Iterator[str]:
+    """`sbuf --project serve --team --port 0 <args>` running in `box`: its address, until it stops."""
+    process = subprocess.Popen([str(SBUF), "--project", "serve", "--team", "--port", "0", *args], cwd=box.cwd,
+                               env=box.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        assert process.stderr is not None
+        yield next(found.group(1) for line in process.stderr if (found := LISTENING.search(line)))
+    finally:
+        process.terminate()
+        assert process.wait(timeout=TIMEOUT) == 0
+
+
+def reader_token(box: Sandbox) -> str:
+    made = box.sbuf("--project", "team", "token", "create", "--name", "alice", "--role", "reader")
+    assert made.returncode == 0, made.stderr
+    return made.stdout.splitlines()[-1]
+
+
 def test_a_team_server_speaks_tls(tmp_path: Path) -> None:
     box = sandbox_with_stores(tmp_path / "sandbox", None)
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
-    made = box.sbuf("--project", "team", "token", "create", "--name", "alice", "--role", "reader")
-    token = made.stdout.splitlines()[-1]
-    process = subprocess.Popen([str(SBUF), "--project", "serve", "--team", "--port", "0", "--tls-cert", str(cert),
-                                "--tls-key", str(key)], cwd=box.cwd, env=box.env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert process.stderr is not None
-        address = next(found.group(1) for line in process.stderr if (found := LISTENING.search(line)))
+    token = reader_token(box)
+    with team_server(box, "--tls-cert", str(cert), "--tls-key", str(key)) as address:
         trusted = ssl.create_default_context(cafile=cert)
         with httpx2.Client(base_url=f"https://{address}", verify=trusted, trust_env=False, timeout=TIMEOUT) as client:
             assert client.get("/v1/records").status_code == 401
@@ -216,9 +233,24 @@ def test_a_team_server_speaks_tls(tmp_path: Path) -> None:
             assert listed.status_code == 200 and json.loads(listed.text) == []
             metadata = client.get("/.well-known/oauth-protected-resource").json()
             assert metadata["resource"] == f"https://{address}"
-    finally:
-        process.terminate()
-        assert process.wait(timeout=TIMEOUT) == 0
+
+
+def test_behind_a_proxy_only_its_forwarded_https_requests_are_served(tmp_path: Path) -> None:
+    box = sandbox_with_stores(tmp_path / "sandbox", None)
+    token = {"Authorization": f"Bearer {reader_token(box)}"}
+    with team_server(box, "--behind-proxy", "127.0.0.1") as address:
+        with httpx2.Client(base_url=f"http://{address}", trust_env=False, timeout=TIMEOUT) as client:
+            for forwarded in ({}, {"X-Forwarded-Proto": "http"}, {"X-Forwarded-Proto": "https, http"}):
+                refused = client.get("/v1/records", headers={**token, **forwarded})
+                assert (refused.status_code, refused.json()["error"]["code"]) == (403, "https_required"), forwarded
+            https = {"X-Forwarded-Proto": "https"}
+            assert client.get("/v1/records", headers={**token, **https}).status_code == 200
+            challenge = client.get("/v1/records", headers=https).headers["WWW-Authenticate"]
+            assert f'resource_metadata="https://{address}/' in challenge
+    with team_server(box, "--behind-proxy", "127.0.0.2") as address:  # the proxy is elsewhere: nobody else is served
+        with httpx2.Client(base_url=f"http://{address}", trust_env=False, timeout=TIMEOUT) as client:
+            refused = client.get("/v1/records", headers={**token, "X-Forwarded-Proto": "https"})
+            assert (refused.status_code, refused.json()["error"]["code"]) == (403, "proxy_required")
 
 
 HUMAN = "01900000-0000-7000-8000-00000000a11c"

@@ -6,8 +6,9 @@ standard output (the log on standard error never holds it).
 
 With `--team`, every request needs one of the store's team tokens instead (`sbuf team token`),
 on loopback too; the selected store is served alone (the project view's global store is not) and
-the review page is not served. A team server may bind a non-loopback address
-only over TLS (`--tls-cert`, `--tls-key`); plain HTTP there is refused before anything is bound."""
+the review page is not served. A team server may bind a non-loopback address only over TLS
+(`--tls-cert`, `--tls-key`) or behind an HTTPS reverse proxy (`--behind-proxy IP`); plain HTTP
+there is refused before anything is bound."""
 
 from __future__ import annotations
 
@@ -24,9 +25,13 @@ from .main import command
 LOOPBACK_ONLY = "serve only accepts loopback addresses; a team server (`--team`) may bind others over TLS"
 PLAIN_HTTP = (
     "a team server refuses plain HTTP on a non-loopback address: pass --tls-cert and --tls-key, "
-    "or bind a loopback address"
+    "or --behind-proxy with the address of the HTTPS proxy in front of it, or bind a loopback address"
 )
 TLS_PAIR = "--tls-cert and --tls-key go together"
+
+
+def _optional_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else _address(ctx, param, value)
 
 
 def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -55,15 +60,19 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--team", is_flag=True, help="Serve a team: every request needs a team token (`sbuf team token`).")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), metavar="FILE", help="TLS certificate (PEM), with --team.")
 @click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE", help="TLS private key (PEM), with --team.")
-def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None) -> None:
+@click.option("--behind-proxy", "proxy", metavar="IP", callback=_optional_address,
+              help="With --team: serve only forwarded HTTPS requests from the reverse proxy at IP.")  # fmt: skip
+def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None) -> None:
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
         fail(TLS_PAIR)
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
-    if tls and not team:
-        fail("TLS is for a team server: add --team")
-    if not is_loopback(address) and (not team or tls is None):
+    if (tls or proxy) and not team:
+        fail("TLS and --behind-proxy are for a team server: add --team")
+    if tls and proxy:
+        fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
+    if not is_loopback(address) and (not team or (tls is None and proxy is None)):
         fail(PLAIN_HTTP if team else LOOPBACK_ONLY)
     cli = current()
     from ..adapters.http.context import StoreContext
@@ -97,7 +106,7 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             from ..auth.tokens import TeamTokens
 
             click.echo(f"Team server: {'https' if tls else 'http'}://{shown} (clients send a team token)")
-            run(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls)
+            run(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy)
             return
         from ..adapters.web import routes
 

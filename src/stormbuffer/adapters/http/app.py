@@ -2,9 +2,10 @@
 
 `build_app(store, bound, credentials, extra_routes)` is the one way to make it. Extra routes (the
 review pages) are matched after the API's and sit behind the same middleware: the request log (which
-also marks every answer `nosniff` and, outside `/static/`, `no-store`), the loopback guard, on a
-team server the audit trail, the credential check and the error mapping apply to every route. A
-route finds the store through `store_context` and its caller through `access.allow`.
+also marks every answer `nosniff` and, outside `/static/`, `no-store`), behind a proxy the proxy
+guard, the loopback guard, on a team server the audit trail, the credential check and the error
+mapping apply to every route. A route finds the store through `store_context` and its caller
+through `access.allow`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .audit import AuditRequests
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
+from .proxy import ProxyGuard
 from .security import LoopbackGuard
 
 logger = logging.getLogger("stormbuffer.http")
@@ -61,15 +63,21 @@ def api_routes() -> list[BaseRoute]:
 
 
 def build_app(
-    store: StoreContext, bound: str, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+    store: StoreContext,
+    bound: str,
+    credentials: Credentials,
+    extra_routes: Sequence[BaseRoute] = (),
+    proxy: str | None = None,
 ) -> Starlette:
-    """The app serving `store` on the loopback address `bound` to holders of `credentials`, with
-    `extra_routes` after the API's."""
+    """The app serving `store` on the address `bound` to holders of `credentials`, with
+    `extra_routes` after the API's; behind the reverse proxy at `proxy` when given."""
     audit = [] if credentials.team is None else [Middleware(AuditRequests, trail=AuditTrail(credentials.team.paths))]
+    forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(
         routes=[*api_routes(), *extra_routes],
         middleware=[
             Middleware(RequestLog),
+            *forwarded,
             Middleware(LoopbackGuard, bound=bound),
             *audit,
             Middleware(Authenticate, credentials=credentials),

@@ -77,10 +77,11 @@ def serve(
     credentials: Credentials,
     extra_routes: Sequence[BaseRoute] = (),
     tls: tuple[str, str] | None = None,
+    proxy: str | None = None,
 ) -> None:
     """Serve the API on the bound socket until a shutdown signal (over TLS with `tls`: certificate
-    and key files)."""
-    loopback_server(store, sock, credentials, extra_routes, tls).run(sockets=[sock])
+    and key files; behind the reverse proxy at `proxy`)."""
+    loopback_server(store, sock, credentials, extra_routes, tls, proxy).run(sockets=[sock])
 
 
 def loopback_server(
@@ -89,13 +90,14 @@ def loopback_server(
     credentials: Credentials,
     extra_routes: Sequence[BaseRoute] = (),
     tls: tuple[str, str] | None = None,
+    proxy: str | None = None,
 ) -> LoopbackServer:
     """The server of the app for `store` on the bound socket, for holders of `credentials`
     (`run(sockets=[sock])` serves it; setting `should_exit` stops it, as a signal does)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
-    app = build_app(store, sock.getsockname()[0], credentials, extra_routes)
+    app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
                             http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
