@@ -53,7 +53,7 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     show_default=True,
     metavar="IP",
     callback=_address,
-    help="IP address to bind: loopback, or any with --team over TLS.",
+    help="IP address to bind: loopback, or any with --team over TLS or behind an HTTPS proxy.",
 )
 @click.option("--port", type=click.IntRange(0, 65535), default=7342, show_default=True,
               help="TCP port to listen on (0 picks a free port; the log says which).")  # fmt: skip

@@ -1,6 +1,6 @@
 """The Starlette application: routes, error answers, the loopback guard and one log line per request.
 
-`build_app(store, bound, credentials, extra_routes)` is the one way to make it. Extra routes (the
+`build_app(store, bound, credentials, extra_routes, proxy)` is the one way to make it. Extra routes (the
 review pages) are matched after the API's and sit behind the same middleware: the request log (which
 also marks every answer `nosniff` and, outside `/static/`, `no-store`), behind a proxy the proxy
 guard, the loopback guard, on a team server the audit trail, the credential check and the error
