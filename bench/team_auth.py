@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx2  # noqa: E402
 from invoke_latency import timed_run  # noqa: E402
+from local_auth import p50s_through  # noqa: E402
 from machine import machine, result_rows  # noqa: E402
 
 from stormbuffer.adapters.http.access import Credentials  # noqa: E402
@@ -33,11 +30,10 @@ from stormbuffer.auth import Role  # noqa: E402
 from stormbuffer.auth.audit import AuditTrail  # noqa: E402
 from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
 from stormbuffer.core.stores import PlatformDirs, View, record_scope, resolve_store  # noqa: E402
-from tests.helpers import SBUF, Sandbox  # noqa: E402
+from tests.helpers import Sandbox  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "team_auth.json"
 TARGETS = {"team_token_check_p50": 0.001}
-LISTENING = re.compile(r"listening address=(\S+)")
 TOKENS = 100
 
 
@@ -73,40 +69,18 @@ def in_process(box: Sandbox) -> tuple[dict[str, float], str]:
     }, token
 
 
-def served_p50s(box: Sandbox, token: str, requests: int) -> dict[str, float]:
-    """p50 seconds of an authenticated and of a refused `GET /v1/records` on one real team server."""
-    process = subprocess.Popen([str(SBUF), "--project", "serve", "--team", "--port", "0"], cwd=box.cwd, env=box.env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
-    timings: dict[str, list[float]] = {"authenticated": [], "refused": []}
-    try:
-        assert process.stderr is not None
-        address = next(found.group(1) for line in process.stderr if (found := LISTENING.search(line)))
-        threading.Thread(target=process.stderr.read, daemon=True).start()  # one log line per request
-        with httpx2.Client(base_url=f"http://{address}", trust_env=False, timeout=30) as client:
-            for _ in range(requests):
-                for name, headers in (("authenticated", {"Authorization": f"Bearer {token}"}), ("refused", {})):
-                    began = time.perf_counter()
-                    status = client.get("/v1/records", headers=headers).status_code
-                    timings[name].append(time.perf_counter() - began)
-                    assert status == (200 if name == "authenticated" else 401)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-    return {f"team_{name}_get_records_p50": statistics.median(values) for name, values in timings.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
-    options = parser.parse_args()
+    requests = parser.parse_args().requests
     with tempfile.TemporaryDirectory() as base:
         box = Sandbox.create(Path(base))
         assert box.sbuf("--project", "init").returncode == 0
         timed_run(["--version"], box.cwd, box.env)
         version = statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
         measured, token = in_process(box)
-        measured.update(served_p50s(box, token, options.requests))
+        served = p50s_through(box, ["--team"], token, requests)
+        measured.update({f"team_{name}": seconds for name, seconds in served.items()})
     rows = result_rows(measured, TARGETS, version)
     print(f"sbuf --version: {version * 1000:.1f} ms ({TOKENS} tokens in the store)")
     for row in rows:
@@ -116,7 +90,7 @@ def main() -> None:
         row["microseconds"] = round(seconds * 1e6, 1)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
-                                   "version_s": round(version, 4), "tokens": TOKENS, "requests": options.requests,
+                                   "version_s": round(version, 4), "tokens": TOKENS, "requests": requests,
                                    "results": rows}, indent=2) + "\n")  # fmt: skip
 
 

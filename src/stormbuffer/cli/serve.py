@@ -98,7 +98,7 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
                 f"could not bind local server to {display_address(address, port)}: {exc.strerror or type(exc).__name__}"
             )
         from ..adapters.http import Credentials
-        from ..adapters.http.server import serve as run
+        from ..adapters.http.server import loopback_server
 
         log_to_stderr()
         shown = display_address(*sock.getsockname()[:2])
@@ -106,12 +106,12 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             from ..auth.tokens import TeamTokens
 
             click.echo(f"Team server: {'https' if tls else 'http'}://{shown} (clients send a team token)")
-            run(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy)
+            loopback_server(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy).run([sock])
             return
         from ..adapters.web import routes
 
         click.echo(f"Review page: http://{shown}/sign-in?token={token}")
-        run(store, sock, Credentials(token), routes())
+        loopback_server(store, sock, Credentials(token), routes()).run([sock])
     finally:
         freshness.close()
 

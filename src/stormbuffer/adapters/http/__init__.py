@@ -11,9 +11,9 @@
 - `StoreContext` is what every route works with: the view, the selected store and its scope, the
   protocol `Session`, and `read`/`write` to run core work on worker threads (writes one at a time,
   bounded in waiting). A route reaches it with `store_context(request)`.
-- `server.serve(store, socket, credentials, extra_routes, tls, proxy)` runs the app with uvicorn on
-  a bound socket (loopback unless a team server's TLS or proxy), with a header timeout and a
-  connection cap (`connections`).
+- `server.loopback_server(store, socket, credentials, extra_routes, tls, proxy).run([socket])`
+  runs the app with uvicorn on a bound socket (loopback unless a team server's TLS or proxy),
+  with a header timeout and a connection cap (`connections`).
 """
 
 from .access import Credentials

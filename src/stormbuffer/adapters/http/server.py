@@ -71,19 +71,6 @@ def display_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def serve(
-    store: StoreContext,
-    sock: socket.socket,
-    credentials: Credentials,
-    extra_routes: Sequence[BaseRoute] = (),
-    tls: tuple[str, str] | None = None,
-    proxy: str | None = None,
-) -> None:
-    """Serve the API on the bound socket until a shutdown signal (over TLS with `tls`: certificate
-    and key files; behind the reverse proxy at `proxy`)."""
-    loopback_server(store, sock, credentials, extra_routes, tls, proxy).run(sockets=[sock])
-
-
 def loopback_server(
     store: StoreContext,
     sock: socket.socket,
@@ -92,8 +79,9 @@ def loopback_server(
     tls: tuple[str, str] | None = None,
     proxy: str | None = None,
 ) -> LoopbackServer:
-    """The server of the app for `store` on the bound socket, for holders of `credentials`
-    (`run(sockets=[sock])` serves it; setting `should_exit` stops it, as a signal does)."""
+    """The server of the app for `store` on the bound socket, for holders of `credentials`, over TLS
+    with `tls` (certificate and key files), behind the reverse proxy at `proxy`
+    (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit` stops it too)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
