@@ -1,8 +1,9 @@
 """What a team token costs `sbuf serve --team`: the in-process check of one request's token against a
 store holding 100 tokens (hash, lookup by id, constant-time compare, the file's change check), one
-audit entry's append, and through a real team server on an empty store the p50 of an authenticated
-`GET /v1/records` beside a refused one (401, no token), each audited; `sbuf --version` is timed in
-the same run. Target: a token check adds at most 1 ms at p50.
+audit entry's append, and through a real team server on a one-record store the p50 of an
+authenticated `GET /v1/records` beside a refused one (401, no token), and of `GET` of a missing id
+beside that of the record by a token of another scope (both 404: the time should tell nothing), each
+audited; `sbuf --version` is timed in the same run. Target: a token check adds at most 1 ms at p50.
 
     .venv/bin/python bench/team_auth.py [--requests 300]
 """
@@ -30,11 +31,13 @@ from stormbuffer.auth import Role  # noqa: E402
 from stormbuffer.auth.audit import AuditTrail  # noqa: E402
 from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
 from stormbuffer.core.stores import PlatformDirs, View, record_scope, resolve_store  # noqa: E402
-from tests.helpers import Sandbox  # noqa: E402
+from tests.helpers import Sandbox, record_markdown  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "team_auth.json"
 TARGETS = {"team_token_check_p50": 0.001}
 TOKENS = 100
+STORED = "01900000-0000-7000-8000-0000000005e1"
+MISSING = "01900000-0000-7000-8000-00000000dead"
 
 
 def per_call(function: object, rounds: int = 5, per_round: int = 2_000) -> float:
@@ -49,12 +52,14 @@ def per_call(function: object, rounds: int = 5, per_round: int = 2_000) -> float
     return statistics.median(times)
 
 
-def in_process(box: Sandbox) -> tuple[dict[str, float], str]:
-    """The token check and the audit append, in this process; and the last token made."""
+def in_process(box: Sandbox) -> tuple[dict[str, float], str, str]:
+    """The token check and the audit append, in this process; the last token made, and one of
+    another scope."""
     paths = resolve_store(View.PROJECT, box.cwd, PlatformDirs.from_environ(box.env))
     tokens = TeamTokens(paths)
+    elsewhere = tokens.create("elsewhere", Role.ADMIN, ("global",), None)
     token = ""
-    for number in range(TOKENS):
+    for number in range(TOKENS - 1):
         token = tokens.create(f"member-{number}", Role.AGENT, (record_scope(paths),), None)
     credentials = Credentials.for_team(tokens)
     scope = {"type": "http", "path": "/v1/records", "server": ("127.0.0.1", 7342),
@@ -63,10 +68,14 @@ def in_process(box: Sandbox) -> tuple[dict[str, float], str]:
     trail = AuditTrail(paths)
     entry = {"at": "2026-01-01T00:00:00Z", "who": "member-1", "door": "http", "operation": "get",
              "request": "GET /v1/records", "status": 200, "records": [], "receipt": None}  # fmt: skip
-    return {
-        "team_token_check_p50": per_call(lambda: credentials.principal(scope)),
-        "audit_append_p50": per_call(lambda: trail.append(entry)),
-    }, token
+    return (
+        {
+            "team_token_check_p50": per_call(lambda: credentials.principal(scope)),
+            "audit_append_p50": per_call(lambda: trail.append(entry)),
+        },
+        token,
+        elsewhere,
+    )
 
 
 def main() -> None:
@@ -78,8 +87,18 @@ def main() -> None:
         assert box.sbuf("--project", "init").returncode == 0
         timed_run(["--version"], box.cwd, box.env)
         version = statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
-        measured, token = in_process(box)
-        served = p50s_through(box, ["--team"], token, requests)
+        measured, token, elsewhere = in_process(box)
+        scope = record_scope(resolve_store(View.PROJECT, box.cwd, PlatformDirs.from_environ(box.env)))
+        (box.project_root / "records" / f"{STORED}.md").write_text(
+            record_markdown(STORED, scope, title="Stored", body="A record of this store.\n", access="agent"), "utf-8"
+        )
+        member, other = {"Authorization": f"Bearer {token}"}, {"Authorization": f"Bearer {elsewhere}"}
+        served = p50s_through(box, ["--team"], requests, {
+            "authenticated_get_records": ("/v1/records", member, 200),
+            "refused_get_records": ("/v1/records", {}, 401),
+            "missing_get_record": (f"/v1/records/{MISSING}", member, 404),
+            "other_scope_get_record": (f"/v1/records/{STORED}", other, 404),
+        })  # fmt: skip
         measured.update({f"team_{name}": seconds for name, seconds in served.items()})
     rows = result_rows(measured, TARGETS, version)
     print(f"sbuf --version: {version * 1000:.1f} ms ({TOKENS} tokens in the store)")
