@@ -8,12 +8,13 @@ import hashlib
 import json
 import re
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
-from tests.helpers import Sandbox
+from tests.helpers import SBUF, Sandbox
 
 TOKEN = re.compile(r"sbt_[0-9a-f]{12}_[A-Za-z0-9_-]{43}")
 
@@ -104,3 +105,25 @@ def test_an_uninitialized_store_has_no_tokens(tmp_path: Path) -> None:
     refused = box.sbuf("--project", "team", "token", "create", "--name", "a", "--role", "agent")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert not (box.project_root / "team").exists()
+
+
+def test_concurrent_creations_all_land_in_the_file(box: Sandbox) -> None:
+    """Each creation rewrites the file under the store's mutation lock: none is lost to another."""
+    makers = [
+        subprocess.Popen(
+            [str(SBUF), "--project", "team", "token", "create", "--name", f"member-{number}", "--role", "agent"],
+            cwd=box.cwd,
+            env=box.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for number in range(8)
+    ]
+    outputs = [maker.communicate(timeout=60) for maker in makers]
+    assert all(maker.returncode == 0 for maker in makers), [err for _, err in outputs]
+    listed = json.loads(box.sbuf("--project", "team", "token", "list", "--json").stdout)
+    assert sorted(entry["name"] for entry in listed) == sorted(f"member-{number}" for number in range(8))
+    digests = tokens_file(box).read_text(encoding="utf-8")
+    for out, _ in outputs:
+        assert hashlib.sha256(out.splitlines()[-1].encode()).hexdigest() in digests
