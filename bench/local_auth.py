@@ -29,7 +29,6 @@ from invoke_latency import timed_run  # noqa: E402
 from machine import machine, result_rows  # noqa: E402
 
 from stormbuffer.adapters.http.access import Credentials  # noqa: E402
-from stormbuffer.auth.credential import read_token  # noqa: E402
 from tests.helpers import SBUF, Sandbox  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "local_auth.json"
@@ -58,26 +57,37 @@ def served_p50s(requests: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as base:
         box = Sandbox.create(Path(base))
         assert box.sbuf("--project", "init").returncode == 0
-        process = subprocess.Popen([str(SBUF), "--project", "serve", "--port", "0"], cwd=box.cwd, env=box.env,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   text=True)  # fmt: skip
-        try:
-            assert process.stderr is not None
-            address = next(found.group(1) for line in process.stderr if (found := LISTENING.search(line)))
-            threading.Thread(target=process.stderr.read, daemon=True).start()  # one log line per request
-            token = read_token(box.env)
-            timings: dict[str, list[float]] = {"authenticated": [], "refused": []}
-            with httpx2.Client(base_url=f"http://{address}", trust_env=False, timeout=30) as client:
-                for _ in range(requests):
-                    for name, headers in (("authenticated", {"Authorization": f"Bearer {token}"}), ("refused", {})):
-                        began = time.perf_counter()
-                        status = client.get("/v1/records", headers=headers).status_code
-                        timings[name].append(time.perf_counter() - began)
-                        assert status == (200 if name == "authenticated" else 401)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    return {f"{name}_get_records_p50": statistics.median(values) for name, values in timings.items()}
+        token = box.sbuf("auth", "token").stdout.strip()
+        return p50s_through(box, [], requests, {
+            "authenticated_get_records": ("/v1/records", {"Authorization": f"Bearer {token}"}, 200),
+            "refused_get_records": ("/v1/records", {}, 401),
+        })  # fmt: skip
+
+
+def p50s_through(
+    box: Sandbox, serve_args: list[str], requests: int, cases: dict[str, tuple[str, dict[str, str], int]]
+) -> dict[str, float]:
+    """p50 seconds (`<case>_p50`) of each case's `GET path` with its headers, which must be answered
+    with its status, the cases taken in turn, through a real `sbuf --project serve <serve_args>` in `box`."""
+    process = subprocess.Popen([str(SBUF), "--project", "serve", "--port", "0", *serve_args], cwd=box.cwd,
+                               env=box.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    timings: dict[str, list[float]] = {name: [] for name in cases}
+    try:
+        assert process.stderr is not None
+        address = next(found.group(1) for line in process.stderr if (found := LISTENING.search(line)))
+        threading.Thread(target=process.stderr.read, daemon=True).start()  # one log line per request
+        with httpx2.Client(base_url=f"http://{address}", trust_env=False, timeout=30) as client:
+            for _ in range(requests):
+                for name, (path, headers, expected) in cases.items():
+                    began = time.perf_counter()
+                    status = client.get(path, headers=headers).status_code
+                    timings[name].append(time.perf_counter() - began)
+                    assert status == expected, (name, status)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    return {f"{name}_p50": statistics.median(values) for name, values in timings.items()}
 
 
 def main() -> None:

@@ -20,9 +20,7 @@ from tests.helpers import Sandbox
 
 from .conftest import TIMEOUT, Server, sandbox_with_stores, start
 
-LOOPBACK_ONLY = (
-    "error: serve only accepts loopback addresses; remote binding requires authentication and a threat model"
-)
+LOOPBACK_ONLY = "error: serve only accepts loopback addresses; a team server (`--team`) may bind others over TLS"
 
 
 @pytest.mark.parametrize(("address", "accepted"), [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
@@ -56,19 +57,37 @@ class Principal:
 
 
 class Refused(Exception):
-    """`authorize` said no; the message names the operation and the role it needs, nothing else."""
+    """`authorize` said no; the message names the operation and the role it needs, nothing else.
+
+    `out_of_scope` is true when the records are outside the principal's scopes: a door then answers
+    as it does for a record that does not exist, so that the caller learns nothing about them.
+    """
+
+    def __init__(self, message: str, *, out_of_scope: bool = False) -> None:
+        super().__init__(message)
+        self.out_of_scope = out_of_scope
 
 
-def authorize(principal: Principal, operation: str, scope: str) -> None:
+def authorize(principal: Principal, operation: str, scope: str, proposers: Collection[str] = ()) -> None:
     """Allow `principal` to run `operation` on records of `scope`, or raise Refused.
 
-    `operation` is a key of `OPERATIONS` (a KeyError otherwise: a door names what it runs).
+    `operation` is a key of `OPERATIONS` (a KeyError otherwise: a door names what it runs). For
+    `approve`, `proposers` are the authenticated names that wrote the candidate (its sources'
+    actors): nobody approves a candidate they proposed, whatever their role (four eyes).
     """
+    if principal.scopes is not None and scope not in principal.scopes:
+        raise Refused(f"`{operation}` is outside this credential's scopes", out_of_scope=True)
     needed = OPERATIONS[operation]
     if principal.role < needed:
         raise Refused(f"`{operation}` needs the {needed.name.lower()} role")
-    if principal.scopes is not None and scope not in principal.scopes:
-        raise Refused(f"`{operation}` is outside this credential's scopes")
+    if operation == "approve" and principal.name in proposers:
+        raise Refused("nobody approves a candidate they proposed; another reviewer must approve it")
+
+
+def reads_human_records(principal: Principal) -> bool:
+    """Whether `principal` may read records whose `access` is `human` (meant for people): those who
+    review may (the local user, a team's reviewers and admins); readers and agents may not."""
+    return principal.role >= Role.REVIEWER
 
 
 def local_user(kind: Kind) -> Principal:

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "mcp:mcp",
     "serve": "serve:serve",
     "auth": "auth:auth",
+    "team": "team:team",
     "export": "backup:export",
     "verify-export": "backup:verify_export",
     "import": "backup:import_records",

@@ -1,20 +1,37 @@
-"""`sbuf [view] serve [--bind IP] [--port N]`: the local HTTP API on a loopback address.
+"""`sbuf [view] serve [--team] [--bind IP] [--port N]`: the HTTP API of the selected store.
 
 Every request needs the user's credential (`sbuf auth token`, made here on first use). Once the
 server listens, the review page's sign-in address, which carries the credential, is printed on
-standard output (the log on standard error never holds it)."""
+standard output (the log on standard error never holds it).
+
+With `--team`, every request needs one of the store's team tokens instead (`sbuf team token`),
+on loopback too; the selected store is served alone (the project view's global store is not) and
+the review page is not served. A team server may bind a non-loopback address only over TLS
+(`--tls-cert`, `--tls-key`) or behind an HTTPS reverse proxy (`--behind-proxy IP`); plain HTTP
+there is refused before anything is bound."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 
 import click
 
 from ..core.errors import NotInitialized, StormbufferError
+from ..core.stores import View
 from .context import current, fail
 from .main import command
 
-LOOPBACK_ONLY = "serve only accepts loopback addresses; remote binding requires authentication and a threat model"
+LOOPBACK_ONLY = "serve only accepts loopback addresses; a team server (`--team`) may bind others over TLS"
+PLAIN_HTTP = (
+    "a team server refuses plain HTTP on a non-loopback address: pass --tls-cert and --tls-key, "
+    "or --behind-proxy with the address of the HTTPS proxy in front of it, or bind a loopback address"
+)
+TLS_PAIR = "--tls-cert and --tls-key go together"
+
+
+def _optional_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else _address(ctx, param, value)
 
 
 def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -36,15 +53,27 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     show_default=True,
     metavar="IP",
     callback=_address,
-    help="Loopback IP address to bind. Non-loopback addresses are refused.",
+    help="IP address to bind: loopback, or any with --team over TLS or behind an HTTPS proxy.",
 )
 @click.option("--port", type=click.IntRange(0, 65535), default=7342, show_default=True,
               help="TCP port to listen on (0 picks a free port; the log says which).")  # fmt: skip
-def serve(address: str, port: int) -> None:
+@click.option("--team", is_flag=True, help="Serve a team: every request needs a team token (`sbuf team token`).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), metavar="FILE", help="TLS certificate (PEM), with --team.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE", help="TLS private key (PEM), with --team.")
+@click.option("--behind-proxy", "proxy", metavar="IP", callback=_optional_address,
+              help="With --team: serve only forwarded HTTPS requests from the reverse proxy at IP.")  # fmt: skip
+def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None) -> None:
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
-    if not is_loopback(address):
-        fail(LOOPBACK_ONLY)
+    if (tls_cert is None) != (tls_key is None):
+        fail(TLS_PAIR)
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    if (tls or proxy) and not team:
+        fail("TLS and --behind-proxy are for a team server: add --team")
+    if tls and proxy:
+        fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
+    if not is_loopback(address) and (not team or (tls is None and proxy is None)):
+        fail(PLAIN_HTTP if team else LOOPBACK_ONLY)
     cli = current()
     from ..adapters.http.context import StoreContext
     from ..index.freshness import FreshnessRegistry
@@ -54,21 +83,14 @@ def serve(address: str, port: int) -> None:
     keep_warm()
     try:
         try:
-            store = StoreContext.open(cli.view, cli.cwd, cli.env, freshness)
+            store = StoreContext.open(_served_view(cli.view, team), cli.cwd, cli.env, freshness)
         except NotInitialized:
             fail("could not start server: store is not initialized")
         except StormbufferError as exc:
             fail(f"could not start server: {exc}")
         except OSError as exc:
             fail(f"could not start server: {exc.strerror or type(exc).__name__}")
-        from ..auth.credential import CredentialError, ensure_token
-
-        try:
-            token = ensure_token(cli.env)
-        except CredentialError as exc:
-            fail(f"could not start server: {exc}")
-        except OSError as exc:
-            fail(f"could not start server: could not create the credential: {exc.strerror or type(exc).__name__}")
+        token = None if team else _local_token(cli.env)
         try:
             sock = bind(address, port)
         except OSError as exc:
@@ -76,13 +98,36 @@ def serve(address: str, port: int) -> None:
                 f"could not bind local server to {display_address(address, port)}: {exc.strerror or type(exc).__name__}"
             )
         from ..adapters.http import Credentials
-        from ..adapters.http.server import serve as run
+        from ..adapters.http.server import loopback_server
 
         log_to_stderr()
+        shown = display_address(*sock.getsockname()[:2])
+        if token is None:
+            from ..auth.tokens import TeamTokens
+
+            click.echo(f"Team server: {'https' if tls else 'http'}://{shown} (clients send a team token)")
+            loopback_server(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy).run([sock])
+            return
         from ..adapters.web import routes
 
-        credentials = Credentials(token)
-        click.echo(f"Review page: http://{display_address(*sock.getsockname()[:2])}/sign-in?token={token}")
-        run(store, sock, credentials, routes())
+        click.echo(f"Review page: http://{shown}/sign-in?token={token}")
+        loopback_server(store, sock, Credentials(token), routes()).run([sock])
     finally:
         freshness.close()
+
+
+def _served_view(view: View, team: bool) -> View:
+    """A team server serves the selected store alone: never the global store of the user running it."""
+    return View.LOCAL if team and view is View.PROJECT else view
+
+
+def _local_token(env: Mapping[str, str]) -> str:
+    """The user's credential, made on first use."""
+    from ..auth.credential import CredentialError, ensure_token
+
+    try:
+        return ensure_token(env)
+    except CredentialError as exc:
+        fail(f"could not start server: {exc}")
+    except OSError as exc:
+        fail(f"could not start server: could not create the credential: {exc.strerror or type(exc).__name__}")

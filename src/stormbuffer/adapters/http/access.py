@@ -5,48 +5,68 @@
 - The review page also takes its session cookie, set by `GET /sign-in?token=…` (the address
   `sbuf serve` prints) or the sign-in form: HttpOnly, SameSite=Strict, valid while this server
   process runs. Its holder is the person signed in (`kind` "person").
-- `/openapi.json`, `/static/…` and `/sign-in` need neither (they hold no record). Anything else
-  without a valid credential is 401: `unauthorized` with `WWW-Authenticate: Bearer` under `/v1/`,
-  a redirect to the sign-in page elsewhere. Tokens are compared in constant time and never logged.
+- A team server (`sbuf serve --team`) takes the store's team tokens instead (`auth.tokens`), and
+  nothing else: each names its principal, a program with the token's role and scopes.
+- `/openapi.json`, `/static/…`, `/sign-in` and the team server's Protected Resource Metadata
+  (RFC 9728, `/.well-known/oauth-protected-resource`) need neither (they hold no record). Anything
+  else without a valid credential is 401: `unauthorized` with `WWW-Authenticate: Bearer` under
+  `/v1/` (on a team server everywhere, naming the metadata), a redirect to the sign-in page
+  elsewhere. Tokens are compared in constant time and never logged.
 
 A route then calls `allow(request, operation)` before any work: `authorize` of the principal for
-that operation on the served store's scope (403 `permission_denied` when refused).
+that operation on the served store's scope (403 `permission_denied` when refused, 404 `not_found`
+as for a missing record when the store is outside the caller's scopes). On a team server the
+caller's name is the `actor` of every source it writes (`stamped`); what the client claimed is
+dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import RedirectResponse
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormbuffer.auth import Principal, Refused, authorize, local_user
 from stormbuffer.auth.credential import same_token
+from stormbuffer.auth.tokens import TeamTokens, TokenError
 from stormbuffer.core.records import Record
 from stormbuffer.protocol import fields
 from stormbuffer.protocol.errors import ProtocolError
 
 from .context import store_context
-from .errors import ApiError, error_response
+from .errors import ApiError, error_response, json_response
 
 SIGN_IN = "/sign-in"
-PUBLIC_PATHS = frozenset({"/openapi.json", SIGN_IN})
+RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
+PUBLIC_PATHS = frozenset({"/openapi.json", SIGN_IN, RESOURCE_METADATA})
 PUBLIC_PREFIXES = ("/static/",)
 UNAUTHORIZED = "send the token `sbuf auth token` prints as `Authorization: Bearer <token>`"
+TEAM_UNAUTHORIZED = "send a valid team token (`sbuf team token create`) as `Authorization: Bearer <token>`"
+NOT_FOUND = "record was not found"
 
 
 @dataclass(frozen=True)
 class Credentials:
-    """What this server accepts: the user's token, and the review page's session for this process."""
+    """What this server accepts: the user's token, and the review page's session for this process;
+    on a team server (`team` set), the store's team tokens only."""
 
     token: str
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     program: Principal = field(default_factory=lambda: local_user("program"))  # who holds the token
     person: Principal = field(default_factory=lambda: local_user("person"))  # who holds the session
+    team: TeamTokens | None = None
+
+    @classmethod
+    def for_team(cls, tokens: TeamTokens) -> Credentials:
+        """A team server's: the store's team tokens, and no local token or session (never shown)."""
+        return cls(secrets.token_urlsafe(32), team=tokens)
 
     def cookie_name(self, port: int | None) -> str:
         """Cookies are shared by every port of a host: the port keeps two servers' sessions apart."""
@@ -55,6 +75,8 @@ class Credentials:
     def principal(self, scope: Scope) -> Principal | None:
         headers = Headers(scope=scope)
         scheme, _, given = headers.get("authorization", "").partition(" ")
+        if self.team is not None:
+            return self._team_principal(given.strip() if scheme.lower() == "bearer" else "")
         if scheme.lower() == "bearer" and given and same_token(given.strip(), self.token):
             return self.program
         if scope["path"].startswith("/v1/"):
@@ -66,6 +88,27 @@ class Credentials:
             return None
         found = cookie.get(self.cookie_name(_port(scope)))
         return self.person if found is not None and same_token(found.value, self.session) else None
+
+    def _team_principal(self, given: str) -> Principal | None:
+        assert self.team is not None
+        try:
+            entry, state = self.team.find(given)
+        except TokenError:  # a damaged token file opens nothing
+            return None
+        return entry.principal() if entry is not None and state == "active" else None
+
+    def challenge(self, scope: Scope) -> str:
+        """The `WWW-Authenticate` value of a 401; a team server's names its resource metadata."""
+        if self.team is None:
+            return "Bearer"
+        presented = "authorization" in Headers(scope=scope)
+        metadata = f'Bearer resource_metadata="{resource_url(scope)}{RESOURCE_METADATA}"'
+        return metadata + (', error="invalid_token"' if presented else "")
+
+
+def resource_url(scope: Scope) -> str:
+    """This server as its clients name it: scheme and the `Host` the security checks admitted."""
+    return f"{scope.get('scheme', 'http')}://{Headers(scope=scope).get('host', '')}"
 
 
 def _port(scope: Scope) -> int | None:
@@ -87,8 +130,10 @@ class Authenticate:
         path = scope["path"]
         principal = self.credentials.principal(scope)
         if principal is None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
-            if path.startswith("/v1/"):
-                refusal = error_response(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+            if self.credentials.team is not None or path.startswith("/v1/"):
+                message = UNAUTHORIZED if self.credentials.team is None else TEAM_UNAUTHORIZED
+                challenge = {"WWW-Authenticate": self.credentials.challenge(scope)}
+                refusal = error_response(401, "unauthorized", message, challenge)
             else:
                 refusal = RedirectResponse(SIGN_IN, status_code=303)
             await refusal(scope, receive, send)
@@ -103,14 +148,31 @@ def principal(request: Request) -> Principal:
     return found
 
 
-def allow(request: Request, operation: str) -> Principal:
-    """The caller, once `authorize` let it run `operation` on the served store (403 otherwise)."""
+def allow(request: Request, operation: str, proposers: Collection[str] = ()) -> Principal:
+    """The caller, once `authorize` let it run `operation` on the served store (403 otherwise, 404
+    as for a missing record outside its scopes); `proposers` as `authorize` takes them."""
     caller = principal(request)
+    request.state.operation = operation  # for the audit entry
     try:
-        authorize(caller, operation, store_context(request).scope)
+        authorize(caller, operation, store_context(request).scope, proposers)
     except Refused as exc:
+        if exc.out_of_scope:
+            raise ApiError(404, "not_found", NOT_FOUND) from None
         raise ApiError(403, "permission_denied", str(exc)) from None
     return caller
+
+
+def author(request: Request) -> str | None:
+    """The name a team server writes as the `actor` of every source; None on a loopback server."""
+    credentials: Credentials = request.app.state.credentials
+    return principal(request).name if credentials.team is not None else None
+
+
+def stamped(record: Record, name: str | None) -> Record:
+    """`record` with `name` (`author`'s) as the actor of every source, unless None."""
+    if name is None:
+        return record
+    return dataclasses.replace(record, sources=tuple(dataclasses.replace(s, actor=name) for s in record.sources))
 
 
 def guard_write(caller: Principal, record: Record) -> None:
@@ -122,3 +184,15 @@ def guard_write(caller: Principal, record: Record) -> None:
         fields.guard_secrets(record)
     except ProtocolError as exc:
         raise ApiError(422, exc.code, exc.message) from None
+
+
+async def resource_metadata(request: Request) -> Response:
+    """RFC 9728 Protected Resource Metadata of a team server (404 on a loopback server): the resource
+    and how it takes tokens. Tokens are made with `sbuf team token create`; there is no
+    authorization server to name yet."""
+    credentials: Credentials = request.app.state.credentials
+    if credentials.team is None:
+        raise ApiError(404, "not_found", "no route matches this path")
+    resource = resource_url(request.scope)
+    return json_response({"resource": resource, "bearer_methods_supported": ["header"],
+                          "resource_name": "Stormbuffer team server"})  # fmt: skip

@@ -1,10 +1,11 @@
 """The Starlette application: routes, error answers, the loopback guard and one log line per request.
 
-`build_app(store, bound, credentials, extra_routes)` is the one way to make it. Extra routes (the
+`build_app(store, bound, credentials, extra_routes, proxy)` is the one way to make it. Extra routes (the
 review pages) are matched after the API's and sit behind the same middleware: the request log (which
-also marks every answer `nosniff` and, outside `/static/`, `no-store`), the loopback guard, the
-credential check and the error mapping apply to every route. A route finds the store through
-`store_context` and its caller through `access.allow`.
+also marks every answer `nosniff` and, outside `/static/`, `no-store`), behind a proxy the proxy
+guard, the loopback guard, on a team server the audit trail, the credential check and the error
+mapping apply to every route. A route finds the store through `store_context` and its caller
+through `access.allow`.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stormbuffer.auth.audit import AuditTrail
+
 from . import invoke, records, search
-from .access import PUBLIC_PREFIXES, Authenticate, Credentials
+from .access import PUBLIC_PREFIXES, RESOURCE_METADATA, Authenticate, Credentials, resource_metadata
+from .audit import AuditRequests
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
+from .proxy import ProxyGuard
 from .security import LoopbackGuard
 
 logger = logging.getLogger("stormbuffer.http")
@@ -43,6 +48,7 @@ async def openapi_json(request: Request) -> Response:
 def api_routes() -> list[BaseRoute]:
     return [
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route(RESOURCE_METADATA, resource_metadata, methods=["GET"]),
         Route("/v1/records", records.list_records, methods=["GET"]),
         Route("/v1/records", records.create_record, methods=["POST"]),
         Route("/v1/records/{id}", records.get_record, methods=["GET"]),
@@ -57,15 +63,23 @@ def api_routes() -> list[BaseRoute]:
 
 
 def build_app(
-    store: StoreContext, bound: str, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+    store: StoreContext,
+    bound: str,
+    credentials: Credentials,
+    extra_routes: Sequence[BaseRoute] = (),
+    proxy: str | None = None,
 ) -> Starlette:
-    """The app serving `store` on the loopback address `bound` to holders of `credentials`, with
-    `extra_routes` after the API's."""
+    """The app serving `store` on the address `bound` to holders of `credentials`, with
+    `extra_routes` after the API's; behind the reverse proxy at `proxy` when given."""
+    audit = [] if credentials.team is None else [Middleware(AuditRequests, trail=AuditTrail(credentials.team.paths))]
+    forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(
         routes=[*api_routes(), *extra_routes],
         middleware=[
             Middleware(RequestLog),
+            *forwarded,
             Middleware(LoopbackGuard, bound=bound),
+            *audit,
             Middleware(Authenticate, credentials=credentials),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},

@@ -4,12 +4,15 @@ The body is the request `sbuf invoke <operation>` reads on stdin; the answer's b
 line it prints (without the newline), so every door gives the same envelope, receipts included.
 The status mirrors the envelope: 200 for `ok`, otherwise a status for the error code. Reads run
 on the reader threads; everything else waits for its turn as a write. The protocol's writes run
-its secret guard whoever calls: a bearer token is never a person.
+its secret guard whoever calls: a bearer token is never a person. On a team server the caller's
+name replaces the `actor` of every source in the request, and a store outside the caller's scopes
+is answered as a record that does not exist (`not_found`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,8 +24,10 @@ from stormbuffer.protocol.invoke import encode, failure, invoke_line
 from stormbuffer.protocol.session import Session
 
 from . import bodies
-from .access import allow
+from .access import allow, author
+from .audit import noted_from_envelope
 from .context import store_context
+from .errors import ApiError
 
 READ_OPERATIONS = frozenset({"search", "context", "get"})
 STATUS = {
@@ -38,8 +43,17 @@ STATUS = {
 
 async def invoke_operation(request: Request) -> Response:
     operation = request.path_params["operation"]
-    allow(request, PROTOCOL_OPERATIONS.get(operation, "recall"))  # an unknown operation is answered, never run
+    try:
+        allow(request, PROTOCOL_OPERATIONS.get(operation, "recall"))  # an unknown operation is answered, never run
+    except ApiError as exc:
+        if exc.code != "not_found":
+            raise
+        return Response(encode(failure(operation, exc.code, exc.message)).encode("utf-8"), 404,
+                        media_type="application/json")  # fmt: skip
     data = await bodies.read(request)
+    name = author(request)
+    if name is not None:
+        data = _stamped(data, name)
     store = store_context(request)
     if operation in READ_OPERATIONS:
         line, ok = await store.read(_answer, operation, data, store.session)
@@ -49,6 +63,8 @@ async def invoke_operation(request: Request) -> Response:
         except MutationBusy as exc:  # its turn did not come in time
             busy = from_core(exc)
             line, ok = encode(failure(operation, busy.code, busy.message)), False
+    if name is not None:
+        noted_from_envelope(request, json.loads(line))
     status = 200 if ok else STATUS.get(json.loads(line)["error"]["code"], 500)
     return Response(line.encode("utf-8"), status, media_type="application/json")
 
@@ -56,3 +72,25 @@ async def invoke_operation(request: Request) -> Response:
 def _answer(operation: str, data: bytes, session: Session) -> tuple[str, bool]:
     answer = invoke_line(operation, data, session)
     return answer.line, answer.ok
+
+
+def _stamped(data: bytes, name: str) -> bytes:
+    """The request with `name` as the actor of each source it carries (`source`, `sources`, and
+    those of a nested `record`); a body that is not a JSON object is left for the protocol to refuse."""
+    try:
+        request = json.loads(data)
+    except (ValueError, RecursionError):
+        return data
+    if not isinstance(request, dict):
+        return data
+    _stamp(request, name)
+    if isinstance(request.get("record"), dict):
+        _stamp(request["record"], name)
+    return json.dumps(request, ensure_ascii=False).encode("utf-8")
+
+
+def _stamp(value: dict[str, Any], name: str) -> None:
+    listed = value.get("sources")
+    for source in [value.get("source"), *(listed if isinstance(listed, list) else [])]:
+        if isinstance(source, dict):
+            source["actor"] = name

@@ -1,7 +1,9 @@
 """`/v1/records…`: browse, create and edit records, and move them through their lifecycle.
 
-Each route asks `allow` first: listing and reading are `get`, creating is `add`, replacing is
-`edit`, and each lifecycle action is itself. Creation goes through the proposal path with the
+Each route asks `allow` first: listing and reading are `get` (records meant for people, `access =
+"human"`, only for those who review: to others they do not exist), creating is `add`, replacing is
+`edit`, and each lifecycle action is itself; approving asks again with the candidate's authors, whom
+four eyes keep from approving it. Creation goes through the proposal path with the
 activation of a reviewer (the record is active unless it may overlap another; duplicates are
 refused), edits are compare-and-swap on the file's bytes, guarded by the record's ETag. A record a
 program writes (a bearer token, not a person) passes the secret guard first.
@@ -14,8 +16,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from stormbuffer.auth import Principal
-from stormbuffer.core.errors import Conflict
+from stormbuffer.auth import Principal, reads_human_records
+from stormbuffer.core.errors import Conflict, NotFound
 from stormbuffer.core.ids import new_record_id
 from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import ProposalResult, Repository, StoredRecord
@@ -24,7 +26,8 @@ from stormbuffer.protocol import fields
 from stormbuffer.protocol.errors import ProtocolError
 
 from . import bodies
-from .access import allow, guard_write
+from .access import allow, author, guard_write, stamped
+from .audit import note
 from .context import store_context
 from .errors import NO_STORE, PRECONDITION_REQUIRED, REVISION_CONFLICT, ApiError, json_response, validation_error
 
@@ -45,11 +48,14 @@ def record_response(stored: StoredRecord) -> Response:
 
 
 async def list_records(request: Request) -> Response:
-    allow(request, "get")
+    caller = allow(request, "get")
     params = bodies.query_params(request, {"all": False})
     include_all = bodies.boolean(params, "all")
     store = store_context(request)
     records = await store.read(lambda: store.repository().records(include_inactive=include_all))
+    if not reads_human_records(caller):
+        records = [record for record in records if record.access != "human"]
+    note(request, (record.id for record in records))
     return json_response([record.to_json() for record in records])
 
 
@@ -58,9 +64,10 @@ async def create_record(request: Request) -> Response:
     value = await bodies.record_input(request)
     store = store_context(request)
     now = Timestamp.now()
-    record = _record(value, new_record_id(), store.scope, now, now)
+    record = stamped(_record(value, new_record_id(), store.scope, now, now), author(request))
     guard_write(caller, record)
     result: ProposalResult = await store.write(store.repository().propose, record, "human")
+    note(request, [result.record_id])
     headers = (
         {"Location": f"/v1/records/{result.record_id}"} if result.outcome in ("accepted", "possible_overlap") else {}
     )
@@ -68,10 +75,13 @@ async def create_record(request: Request) -> Response:
 
 
 async def get_record(request: Request) -> Response:
-    allow(request, "get")
+    caller = allow(request, "get")
     record_id = bodies.record_id(request.path_params["id"])
     store = store_context(request)
-    return record_response(await store.read(store.repository().find, record_id))
+    stored = await store.read(store.repository().find, record_id)
+    if stored.record.access == "human" and not reads_human_records(caller):
+        raise NotFound(record_id)  # answered as if it did not exist
+    return record_response(stored)
 
 
 async def replace_record(request: Request) -> Response:
@@ -82,18 +92,18 @@ async def replace_record(request: Request) -> Response:
     if expected in ("", "*"):
         raise ApiError(428, "precondition_required", PRECONDITION_REQUIRED)
     store = store_context(request)
-    return await store.write(_replace, store.repository(), record_id, expected, value, caller)
+    return await store.write(_replace, store.repository(), record_id, expected, value, caller, author(request))
 
 
 def _replace(
-    repository: Repository, record_id: str, expected: str, value: dict[str, Any], caller: Principal
+    repository: Repository, record_id: str, expected: str, value: dict[str, Any], caller: Principal, name: str | None
 ) -> Response:
     current = repository.find(record_id)
     if etag(current.data) != expected:
         raise _stale(current.data)
     old = current.record
     now = Timestamp.now()
-    replacement = _record(value, old.id, old.scope, old.created_at, later_of(now, old.created_at))
+    replacement = stamped(_record(value, old.id, old.scope, old.created_at, later_of(now, old.created_at)), name)
     guard_write(caller, replacement)
     try:
         written = repository.replace_if_unchanged(current, replacement)
@@ -149,6 +159,9 @@ async def change_lifecycle(request: Request) -> Response:
     record_id = bodies.record_id(request.path_params["id"])
     store = store_context(request)
     repository = store.repository()
+    if action == "approve":  # four eyes: the candidate's authors may not approve it
+        candidate = await store.read(repository.find, record_id)
+        allow(request, action, {source.actor for source in candidate.record.sources})
     if action in DECISIONS:
         result: ProposalResult = await store.write(DECISIONS[action], repository, record_id)
         return json_response(result.to_json())

@@ -71,25 +71,25 @@ def display_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def serve(
-    store: StoreContext, sock: socket.socket, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
-) -> None:
-    """Serve the API on the bound socket until a shutdown signal."""
-    loopback_server(store, sock, credentials, extra_routes).run(sockets=[sock])
-
-
 def loopback_server(
-    store: StoreContext, sock: socket.socket, credentials: Credentials, extra_routes: Sequence[BaseRoute] = ()
+    store: StoreContext,
+    sock: socket.socket,
+    credentials: Credentials,
+    extra_routes: Sequence[BaseRoute] = (),
+    tls: tuple[str, str] | None = None,
+    proxy: str | None = None,
 ) -> LoopbackServer:
-    """The server of the app for `store` on the bound socket, for holders of `credentials`
-    (`run(sockets=[sock])` serves it; setting `should_exit` stops it, as a signal does)."""
+    """The server of the app for `store` on the bound socket, for holders of `credentials`, over TLS
+    with `tls` (certificate and key files), behind the reverse proxy at `proxy`
+    (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit` stops it too)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
-    app = build_app(store, sock.getsockname()[0], credentials, extra_routes)
+    app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
-                            http=BoundedH11Protocol, ws="none", backlog=accept_batch())  # fmt: skip
+                            http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
+                            ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)  # fmt: skip
     return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
 
 

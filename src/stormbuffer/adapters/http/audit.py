@@ -1,0 +1,95 @@
+"""The team server's audit entries: one per request under `/v1/`, refusals included.
+
+`AuditRequests` (ASGI middleware, inside the security checks and around the credential check)
+appends, as the answer starts, who asked (the principal's name, None without a valid token),
+when, the door (`http`), the operation `allow` was asked for (None when refused before), the
+method and path (never the query), the status, the record id the path names and the record ids
+and receipt id a route noted with `note`. Nothing from the request's headers or body is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stormbuffer.auth import Principal
+from stormbuffer.auth.audit import AuditTrail
+
+logger = logging.getLogger("stormbuffer.http")
+MAX_NAMED = 64  # characters of a record id named in the path that the entry keeps
+
+
+def note(request: Request, records: Iterable[str] = (), receipt: str | None = None) -> None:
+    """The record ids a route named, returned or wrote, and its receipt id, for the audit entry."""
+    request.state.audit_records = [*getattr(request.state, "audit_records", ()), *records]
+    if receipt is not None:
+        request.state.audit_receipt = receipt
+
+
+def noted_from_envelope(request: Request, envelope: dict[str, Any]) -> None:
+    """`note` the ids a protocol envelope's result holds: the record written or read, hits, blocks
+    and the context's receipt."""
+    result = envelope.get("result")
+    if not isinstance(result, dict | list):
+        return
+    items = result if isinstance(result, list) else [result, *_list(result.get("hits")), *_list(result.get("blocks"))]
+    records = [str(value) for item in items if isinstance(item, dict)
+               for key in ("record_id", "id") if isinstance(value := item.get(key), str)]  # fmt: skip
+    receipt = result.get("receipt") if isinstance(result, dict) else None
+    note(request, records, receipt.get("receipt_id") if isinstance(receipt, dict) else None)
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+class AuditRequests:
+    """ASGI middleware appending one audit entry per `/v1/` request to `trail`."""
+
+    def __init__(self, app: ASGIApp, trail: AuditTrail) -> None:
+        self.app = app
+        self.trail = trail
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        appended = False
+
+        async def sending(message: Message) -> None:
+            nonlocal appended
+            if message["type"] == "http.response.start" and not appended:
+                appended = True  # before the answer leaves: a client that got it finds the entry
+                self._append(scope, message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if not appended:  # no answer started: answered as an internal error further out
+                self._append(scope, 500)
+
+    def _append(self, scope: Scope, status: int) -> None:
+        state = scope.get("state", {})
+        caller: Principal | None = state.get("principal")
+        named = scope.get("path_params", {}).get("id")
+        records = [named] if isinstance(named, str) and len(named) <= MAX_NAMED else []
+        entry = {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "who": caller.name if caller is not None else None,
+            "door": "http",
+            "operation": state.get("operation"),
+            "request": f"{scope['method']} {scope['path'][: MAX_NAMED * 4]}",
+            "status": status,
+            "records": list(dict.fromkeys([*records, *state.get("audit_records", ())])),
+            "receipt": state.get("audit_receipt"),
+        }
+        try:
+            self.trail.append(entry)
+        except OSError as exc:
+            logger.error("audit entry could not be written: %s", type(exc).__name__)

@@ -1,0 +1,89 @@
+"""The team server's audit trail: who read or wrote which records, when, through which door.
+
+One JSON object per line in `<store>/team/audit.jsonl` (0600, in the 0700 team directory), only
+ever appended: each entry is one `write` to a file opened with `O_APPEND`, so concurrent servers of
+the store never interleave entries. An entry holds the time, the principal's name (None when no
+valid token was sent), the door, the operation, the answer's status, the record ids the request
+named, returned or wrote (at most `MAX_IDS`, then how many more) and the receipt id of a context;
+never a token, a secret or a record's text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from stormbuffer.core.stores import StorePaths
+
+from .tokens import TEAM_DIR
+
+AUDIT_FILE = "audit.jsonl"
+MAX_IDS = 100
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which entries `AuditTrail.entries` yields: by principal, by record id, from a time on."""
+
+    who: str | None = None
+    record: str | None = None
+    since: datetime | None = None
+
+    def matches(self, entry: dict[str, Any]) -> bool:
+        if self.who is not None and entry.get("who") != self.who:
+            return False
+        if self.record is not None and self.record not in entry.get("records", ()):
+            return False
+        return self.since is None or _time(entry.get("at")) >= self.since
+
+
+class AuditTrail:
+    """The audit trail of one store."""
+
+    def __init__(self, paths: StorePaths) -> None:
+        self.folder = paths.root / TEAM_DIR
+        self.file = self.folder / AUDIT_FILE
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Add `entry` (its `records` bounded to `MAX_IDS`) as one line."""
+        records = list(entry.get("records", ()))
+        if len(records) > MAX_IDS:
+            entry = {**entry, "records": records[:MAX_IDS], "more_records": len(records) - MAX_IDS}
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def entries(self, wanted: Filter) -> Iterator[dict[str, Any]]:
+        """The entries `wanted` matches, oldest first; a damaged line is skipped."""
+        try:
+            handle = _open(self.file)
+        except FileNotFoundError:
+            return
+        with handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and wanted.matches(entry):
+                    yield entry
+
+
+def _open(path: Path) -> Any:
+    return open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), encoding="utf-8", errors="replace")
+
+
+def _time(value: object) -> datetime:
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,217 @@
+"""Team tokens: named bearer credentials of a store, each a principal of the team server.
+
+A token reads `sbt_<id>_<secret>`: `id` (12 hex digits) is not secret and finds the entry, the
+secret is 256 random bits. Only the SHA-256 of the whole token is kept, compared in constant time.
+The entries live with the store, in `<store>/team/tokens.toml` (directory 0700, file 0600, ignored
+by the store's `.gitignore` like everything outside `records/`), replaced atomically under the
+store's mutation lock, so every process serving the store sees the same tokens. Each entry names
+its holder (the `actor` of what it writes), its role, its scopes, when it was made, when it
+expires and, once revoked, when.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from stormbuffer.core.atomic import write_atomic
+from stormbuffer.core.codec import toml_string
+from stormbuffer.core.errors import StormbufferError
+from stormbuffer.core.locks import exclusive_lock
+from stormbuffer.core.stores import StorePaths
+
+from .principals import Principal, Role
+
+TEAM_DIR = "team"
+TOKENS_FILE = "tokens.toml"
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+RESERVED_NAMES = frozenset({"agent", "human", "inference"})  # actors the protocol itself uses
+_TOKEN = re.compile(r"sbt_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+_DURATION = re.compile(r"([1-9][0-9]{0,4})([dhm])")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+LOCK_WAIT_S = 10.0
+
+
+class TokenError(StormbufferError):
+    """A token cannot be made, found or revoked; the message never holds a secret."""
+
+
+@dataclass(frozen=True)
+class TeamToken:
+    """One entry of `tokens.toml` (never the token itself)."""
+
+    name: str
+    id: str
+    digest: str  # SHA-256 of the token, hex
+    role: Role
+    scopes: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None = None
+
+    def state(self, now: datetime) -> str:
+        """`active`, `expired` or `revoked`."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return "active"
+
+    def principal(self) -> Principal:
+        return Principal(self.name, self.role, frozenset(self.scopes), "program")
+
+    def to_json(self) -> dict[str, object]:
+        """What `sbuf team token list --json` shows: everything but the digest."""
+        return {
+            "name": self.name, "id": self.id, "role": self.role.name.lower(), "scopes": list(self.scopes),
+            "created_at": render_time(self.created_at), "expires_at": render_time(self.expires_at),
+            "revoked_at": render_time(self.revoked_at), "state": self.state(now()),
+        }  # fmt: skip
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def parse_expiry(text: str) -> timedelta | None:
+    """`90d`, `12h`, `30m`, or `never` (None)."""
+    if text == "never":
+        return None
+    found = _DURATION.fullmatch(text)
+    if found is None:
+        raise TokenError("expiry must be a number of days, hours or minutes (`90d`, `12h`, `30m`) or `never`")
+    return timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+class TeamTokens:
+    """The tokens of one store."""
+
+    def __init__(self, paths: StorePaths) -> None:
+        self.paths = paths
+        self.folder = paths.root / TEAM_DIR
+        self.file = self.folder / TOKENS_FILE
+        self._cached: tuple[tuple[int, int, int], tuple[TeamToken, ...]] | None = None
+
+    def entries(self) -> list[TeamToken]:
+        """The entries, parsed again only when the file changed (it is replaced whole, never edited)."""
+        try:
+            status = os.stat(self.file)
+        except FileNotFoundError:
+            return []
+        signature = (status.st_ino, status.st_mtime_ns, status.st_size)
+        if self._cached is not None and self._cached[0] == signature:
+            return list(self._cached[1])
+        try:
+            text = self.file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        try:
+            parsed = [_entry(value) for value in tomllib.loads(text).get("token", [])]
+        except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError):
+            raise TokenError(f"the team token file {TEAM_DIR}/{TOKENS_FILE} is damaged") from None
+        self._cached = (signature, tuple(parsed))
+        return parsed
+
+    def create(self, name: str, role: Role, scopes: tuple[str, ...], lifetime: timedelta | None) -> str:
+        """A new token for `name` (the token itself, shown once)."""
+        if not NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise TokenError(
+                "a token name is 1 to 64 lowercase letters, digits, `.`, `_` or `-`, "
+                "and not `agent`, `human` or `inference`"
+            )
+        token_id = secrets.token_hex(6)
+        token = f"sbt_{token_id}_{secrets.token_urlsafe(32)}"
+        made = now()
+        entry = TeamToken(name, token_id, digest(token), role, scopes, made, made + lifetime if lifetime else None)
+        with self._changing() as entries:
+            if any(other.name == name and other.revoked_at is None for other in entries):
+                raise TokenError(f"a token named {name} exists; revoke it first")
+            entries.append(entry)
+        return token
+
+    def revoke(self, name: str) -> int:
+        """Revoke every unrevoked token named `name`; how many."""
+        with self._changing() as entries:
+            found = [index for index, entry in enumerate(entries) if entry.name == name and entry.revoked_at is None]
+            if not found:
+                raise TokenError(f"no unrevoked token is named {name}")
+            for index in found:
+                entries[index] = replace(entries[index], revoked_at=now())
+        return len(found)
+
+    def find(self, token: str) -> tuple[TeamToken | None, str]:
+        """The entry `token` opens and its state, or (None, "unknown")."""
+        parsed = _TOKEN.fullmatch(token)
+        if parsed is None:
+            return None, "unknown"
+        given = digest(token)
+        for entry in self.entries():
+            if entry.id == parsed.group(1) and hmac.compare_digest(entry.digest, given):
+                return entry, entry.state(now())
+        return None, "unknown"
+
+    @contextmanager
+    def _changing(self) -> Iterator[list[TeamToken]]:
+        """The entries, to change in place and write back whole, under the store's mutation lock."""
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.folder, 0o700)
+        with exclusive_lock(self.paths.mutation_lock, wait=LOCK_WAIT_S):
+            entries = self.entries()
+            yield entries
+            write_atomic(self.file, _render_file(entries).encode("utf-8"))
+            os.chmod(self.file, 0o600)
+
+
+def _entry(value: dict[str, object]) -> TeamToken:
+    scopes = value["scopes"]
+    assert isinstance(scopes, list)
+    return TeamToken(
+        name=str(value["name"]), id=str(value["id"]), digest=str(value["sha256"]),
+        role=Role[str(value["role"]).upper()], scopes=tuple(str(scope) for scope in scopes),
+        created_at=_parse(value["created_at"]), expires_at=_parse_optional(value.get("expires_at")),
+        revoked_at=_parse_optional(value.get("revoked_at")),
+    )  # fmt: skip
+
+
+def _parse(value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise ValueError("not a time")
+    return value
+
+
+def _parse_optional(value: object) -> datetime | None:
+    return None if value is None else _parse(value)
+
+
+def render_time(value: datetime | None) -> str | None:
+    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _render_file(entries: list[TeamToken]) -> str:
+    blocks = ["# Team tokens of this store: hashes only (`sbuf team token`). Do not edit by hand.\n"]
+    for entry in entries:
+        lines = [
+            "[[token]]",
+            f"name = {toml_string(entry.name)}",
+            f"id = {toml_string(entry.id)}",
+            f"sha256 = {toml_string(entry.digest)}",
+            f"role = {toml_string(entry.role.name.lower())}",
+            "scopes = [" + ", ".join(toml_string(scope) for scope in entry.scopes) + "]",
+            f"created_at = {render_time(entry.created_at)}",
+        ]
+        lines += [f"expires_at = {render_time(entry.expires_at)}"] if entry.expires_at else []
+        lines += [f"revoked_at = {render_time(entry.revoked_at)}"] if entry.revoked_at else []
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
