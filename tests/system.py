@@ -21,6 +21,10 @@ PACKAGES = {
     "chromium-driver": "/usr/bin/chromedriver",  # Selenium's driver for it (tests/web)
     "curl": "curl",  # the HTTP API's documented examples (tests/http)
     "strace": "strace",  # a secret scan opens no socket (tests/unit)
+    "man-db": "man",  # the man pages render (tests/cli)
+    "zsh": "zsh",  # the zsh completion script parses (tests/cli)
+    "fish": "fish",  # fish completes a subcommand (tests/cli)
+    "systemd": "systemd-analyze",  # the systemd user unit verifies (tests/cli)
 }
 APT_TIMEOUT = 900  # seconds; a cold Chromium download is the slow part
 LOCK_TIMEOUT = 300  # seconds to wait for another apt or dpkg run on the machine

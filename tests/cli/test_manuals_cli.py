@@ -11,7 +11,7 @@ from pathlib import Path
 
 from stormbuffer.cli.main import COMMANDS
 from tests.helpers import SBUF, Sandbox
-from tests.system_commands import system_command
+from tests.system import program
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARE = Path(str(resources.files("stormbuffer").joinpath("share")))
@@ -24,7 +24,7 @@ def test_the_committed_files_match_the_command_definitions() -> None:
 
 
 def test_man_renders_every_page_without_warnings() -> None:
-    man = system_command("man")
+    man = program("man-db")
     pages = sorted((SHARE / "man").glob("*.1"))
     assert {page.name for page in pages} >= {"sbuf.1"} | {f"sbuf-{name}.1" for name in COMMANDS}
     for page in pages:
@@ -70,12 +70,12 @@ def test_bash_completes_subcommands_options_and_choices(sandbox: Sandbox) -> Non
 
 def test_fish_completes_a_subcommand_and_zsh_parses_its_script(sandbox: Sandbox) -> None:
     env = sandbox.env | {"PATH": f"{SBUF.parent}{os.pathsep}{sandbox.env['PATH']}"}
-    fish = subprocess.run([system_command("fish"), "--no-config", "-c",
+    fish = subprocess.run([program("fish"), "--no-config", "-c",
                            "sbuf completion fish | source; complete -C 'sbuf sea'"],
                           cwd=sandbox.cwd, env=env, capture_output=True, text=True, check=False)  # fmt: skip
     assert fish.returncode == 0, fish.stderr
     assert fish.stdout.splitlines() == ["search\tSearch indexed memories."]
-    zsh = subprocess.run([system_command("zsh"), "-n", str(SHARE / "completions" / "sbuf.zsh")],
+    zsh = subprocess.run([program("zsh"), "-n", str(SHARE / "completions" / "sbuf.zsh")],
                          capture_output=True, text=True, check=False)  # fmt: skip
     assert zsh.returncode == 0, zsh.stderr
 

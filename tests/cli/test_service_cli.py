@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from tests.helpers import SBUF, Sandbox
-from tests.system_commands import system_command
+from tests.system import program
 
 MAN_PAGES = Path(str(resources.files("stormbuffer").joinpath("share", "man")))
 LISTENING = re.compile(r"Stormbuffer local API listening address=(\S+)")
@@ -45,7 +45,7 @@ def test_systemd_analyze_verifies_the_unit(sandbox: Sandbox, tmp_path: Path) -> 
     (tmp_path / "man").mkdir()
     (tmp_path / "man" / "man1").symlink_to(MAN_PAGES)
     env = os.environ | {"MANPATH": str(tmp_path / "man")}
-    done = subprocess.run([system_command("systemd-analyze"), "verify", str(unit)], env=env, capture_output=True,
+    done = subprocess.run([program("systemd"), "verify", str(unit)], env=env, capture_output=True,
                           text=True, check=False)  # fmt: skip
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert exec_start(unit.read_text()) == [str(SBUF), "--global", "serve", "--bind", "127.0.0.1", "--port", "7342"]
@@ -53,7 +53,7 @@ def test_systemd_analyze_verifies_the_unit(sandbox: Sandbox, tmp_path: Path) -> 
 
     broken = tmp_path / "broken.service"  # the check can fail: a unit whose program is missing
     broken.write_text(unit.read_text().replace(str(SBUF), str(tmp_path / "no-such-sbuf")))
-    failed = subprocess.run([system_command("systemd-analyze"), "verify", str(broken)], env=env,
+    failed = subprocess.run([program("systemd"), "verify", str(broken)], env=env,
                             capture_output=True, text=True, check=False)  # fmt: skip
     assert failed.returncode != 0
 
