@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import machine  # noqa: E402
+from machine import save  # noqa: E402
 from quality import CREATED, new_store, record, write_records  # noqa: E402
 
 from stormbuffer.core.records import Source
@@ -190,12 +189,8 @@ def main() -> None:
         for row in found:
             print(f"  {row['before']:>2} -> {row['after']:>2}  {row['query']}  {row['kept']}")
         print(f"  {summary[name]}")
-    report = {"notes": len(NOTES), "budget": args.budget, "model": embedder.model_version, "summary": summary,
-              "queries": rows, "machine": machine(),
-              "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"saved {RESULTS}")
+    save(RESULTS, {"notes": len(NOTES), "budget": args.budget, "model": embedder.model_version, "summary": summary,
+                   "queries": rows})  # fmt: skip
 
 
 if __name__ == "__main__":

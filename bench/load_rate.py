@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import machine  # noqa: E402
+from machine import save  # noqa: E402
 from quality import build_longmemeval_store, new_store  # noqa: E402
 from shared_data import DEFAULT as DEFAULT_DATA  # noqa: E402
 from shared_data import require as require_data  # noqa: E402
@@ -124,14 +125,10 @@ def main() -> None:
         "runs": runs,
         "best_memories_per_s": max(run["memories_per_s"] for run in runs),
         "load_ratio_to_version": round(min(run["seconds"] for run in runs) / version, 1),
-        "machine": machine(),
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     print(f"best {result['best_memories_per_s']} memories/s; `sbuf --version` {result['sbuf_version_s']} s; "
-          f"load average at end {result['machine']['load_average_at_end']}")  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"saved {args.out}")
+          f"load average at end {[round(value, 2) for value in os.getloadavg()]}")  # fmt: skip
+    save(args.out, result)
 
 
 if __name__ == "__main__":

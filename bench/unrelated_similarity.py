@@ -23,7 +23,6 @@ import json
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from embedding_cache import CachingEmbedder  # noqa: E402
-from machine import machine  # noqa: E402
+from machine import save  # noqa: E402
 from quality import read_qrels  # noqa: E402
 from shared_data import DEFAULT as DEFAULT_DATA  # noqa: E402
 from shared_data import require as require_data  # noqa: E402
@@ -118,12 +117,8 @@ def main() -> None:
     results["both_unrelated"] = summary(np.concatenate(unrelated_all))
     for name, result in results.items():
         print(name, json.dumps(result))
-    report = {"questions": args.questions, "texts": args.texts, "model": embedder.model_version,
-              "results": results, "machine": machine(),
-              "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"saved {args.out}")
+    save(args.out, {"questions": args.questions, "texts": args.texts, "model": embedder.model_version,
+                    "results": results})  # fmt: skip
 
 
 if __name__ == "__main__":
