@@ -9,9 +9,11 @@ real model; `fresh` and `fresh_seconds` measure the model's own throughput.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +40,23 @@ class CachingEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         with self._lock:
-            return self._embed(texts)
+            keys = [self._key(text) for text in texts]
+            return np.stack(self._cached(keys, lambda missing: self._real.embed([texts[i] for i in missing])))
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        keys = [self._key(text) for text in texts]
+    def embed_spans(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The real model's `embed_spans`, each text's vector and its spans' stored as one row block."""
+
+        def compute(missing: list[int]) -> list[np.ndarray]:
+            matrix, pooled = self._real.embed_spans([texts[i] for i in missing], [spans[i] for i in missing])
+            return [np.vstack([vector[None, :], own]) for vector, own in zip(matrix, pooled, strict=True)]
+
+        with self._lock:
+            keys = [self._key(f"spans:{json.dumps(own)}\n{text}") for text, own in zip(texts, spans, strict=True)]
+            blocks = [block.reshape(-1, self.dimension) for block in self._cached(keys, compute)]
+        return np.stack([block[0] for block in blocks]), [block[1:] for block in blocks]
+
+    def _cached(self, keys: list[str], compute: Callable[[list[int]], Any]) -> list[np.ndarray]:
+        """The stored arrays of `keys`; those missing come from `compute(positions)` and are stored."""
         found: dict[str, bytes] = {}
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
@@ -50,12 +65,11 @@ class CachingEmbedder:
         missing = [index for index, key in enumerate(keys) if key not in found]
         if missing:
             started = time.perf_counter()
-            vectors = self._real.embed([texts[index] for index in missing])
+            arrays = compute(missing)
             self.fresh_seconds += time.perf_counter() - started
             self.fresh += len(missing)
-            pairs = zip(missing, vectors, strict=True)
-            rows = [(keys[index], vector.astype("<f4").tobytes()) for index, vector in pairs]
+            rows = [(keys[index], array.astype("<f4").tobytes()) for index, array in zip(missing, arrays, strict=True)]
             self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
             self._db.commit()
             found.update(rows)
-        return np.stack([np.frombuffer(found[key], dtype="<f4") for key in keys])
+        return [np.frombuffer(found[key], dtype="<f4") for key in keys]

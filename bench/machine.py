@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import time
+from pathlib import Path
 from typing import Any
 
 
@@ -30,3 +33,11 @@ def result_rows(measured: dict[str, float], targets: dict[str, float], version: 
         }
         for name, value in measured.items()
     ]
+
+
+def save(path: Path, report: dict[str, Any]) -> None:
+    """Write `report`, with the machine and the time it ended, to `path` as JSON, and say where."""
+    report = report | {"machine": machine(), "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {path}")

@@ -2,7 +2,10 @@
 
 Reads ../shared/bench (relative to the project root; `--data` overrides), checks every file
 against SHA256SUMS first, builds real stores in a temporary directory and runs each query through
-`stormbuffer.retrieval.search` in three modes: lexical, semantic (vector only) and hybrid.
+`stormbuffer.retrieval.search` in three modes: lexical, semantic (vector only) and hybrid, and
+through `stormbuffer.retrieval.context` (row `context`: the blocks a hybrid context gives, without
+a budget cut, so that the metrics show what focused context leaves out; at most 20 blocks, 100
+for SciFact's recall@100). `returned` is the mean number of distinct records a mode returned.
 
 LongMemEval-S: one store per question, one record per turn (kind fact; title = session date +
 role; body = the turn; created at the session's date; source `conversation`, reference
@@ -67,12 +70,14 @@ from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import acquire_model, load_embedder
 from stormbuffer.evaluation import mean, recall_at, reciprocal_rank
 from stormbuffer.index.sync import sync_store
-from stormbuffer.retrieval import SearchHit, SearchOptions, fusion, search
+from stormbuffer.retrieval import ContextOptions, SearchHit, SearchOptions, context, fusion, search
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "quality.json"
 MODES = ("lexical", "semantic", "hybrid")
 VARIANTS: dict[str, tuple[str, float | None]] = {mode: (mode, None) for mode in MODES}  # name -> (mode, fusion weight)
+VARIANTS["context"] = ("hybrid", None)  # the blocks `context` gives (no budget cut): hybrid less the weak hits
+UNLIMITED_BUDGET = 10**9
 CREATED = Timestamp.parse("2024-01-01T00:00:00Z")
 NAMESPACE = uuid.UUID("6c1e5a4e-8f7b-4c1d-9a51-3f2b0c9d7e11")
 
@@ -116,7 +121,11 @@ def ranked_hits(paths: StorePaths, query: str, variant: str, embedder: Any, dept
     default = fusion.LEXICAL_WEIGHT
     fusion.LEXICAL_WEIGHT = default if weight is None else weight
     try:
-        hits = search([paths], query, SearchOptions(limit=100, mode=mode, now=now), embedder=embedder)
+        if variant == "context":
+            options = ContextOptions(UNLIMITED_BUDGET, SearchOptions(limit=max(depth, 20), mode=mode, now=now))
+            hits = [block.hit for block in context([paths], query, options, embedder=embedder).blocks]
+        else:
+            hits = search([paths], query, SearchOptions(limit=100, mode=mode, now=now), embedder=embedder)
     finally:
         fusion.LEXICAL_WEIGHT = default
     first: dict[str, SearchHit] = {}
@@ -152,7 +161,7 @@ def longmemeval(data: Path, work: Path, embedder: Any, questions: int | None, st
             for variant in VARIANTS:
                 lists[variant] = ranked_hits(paths, item["question"], variant, embedder, 10, asked)
                 ranked = [hit.record_id for hit in lists[variant]]
-                metrics = longmemeval_metrics(ranked, session_of, evidence, evidence_turns)
+                metrics = longmemeval_metrics(ranked, session_of, evidence, evidence_turns) | {"returned": len(ranked)}
                 for name, value in metrics.items():
                     scores[variant].setdefault(name, []).append(value)
             dump(
@@ -262,7 +271,7 @@ def scifact(data: Path, work: Path, embedder: Any, dump: Dumper) -> dict[str, An
                       for hits in top.values() for hit in hits}  # fmt: skip
             dump({"query_id": query_id, "query": queries[query_id]}, top, grades)
             for variant, hits in lists.items():
-                metrics = scifact_metrics([doc_of[hit.record_id] for hit in hits], relevant)
+                metrics = scifact_metrics([doc_of[hit.record_id] for hit in hits], relevant) | {"returned": len(hits)}
                 for name, value in metrics.items():
                     scores[variant].setdefault(name, []).append(value)
             bar(done)

@@ -22,6 +22,36 @@ class RetrievalMode(StrEnum):
     hybrid = "hybrid"
 
 
+class Focus(BaseModel):
+    """
+    Present only when candidates were left out for being weak both lexically and by meaning (see docs/retrieval.md, focused context); they are also counted in `omitted_results`. Hosts that do not know this field can ignore it.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    omitted: Annotated[int, Field(ge=1)]
+    """
+    Candidates left out by the rule.
+    """
+    reason: Literal["weak_lexical_and_semantic"]
+    """
+    Why they were left out.
+    """
+    lexical_share: float
+    """
+    A candidate under this share of the best BM25 among the query's candidates is weak lexically.
+    """
+    vector_share: float
+    """
+    A candidate under this share of the best cosine similarity among the candidates is weak by meaning.
+    """
+    similarity_floor: float
+    """
+    A candidate under this cosine similarity to the query is weak by meaning.
+    """
+
+
 class Store(StrEnum):
     """
     Which composed store holds the file.
@@ -153,6 +183,10 @@ class Receipt(BaseModel):
     contract_version: Literal["stormbuffer-context-v1"]
     """
     Contract version.
+    """
+    focus: Focus | None = None
+    """
+    Present only when candidates were left out for being weak both lexically and by meaning (see docs/retrieval.md, focused context); they are also counted in `omitted_results`. Hosts that do not know this field can ignore it.
     """
     degraded: Degraded | None = None
     """

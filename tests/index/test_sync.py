@@ -18,7 +18,7 @@ from stormbuffer.core.locks import exclusive_lock
 from stormbuffer.core.stores import StorePaths, View
 from stormbuffer.embedding import Embedder
 from stormbuffer.index import projection as pj
-from stormbuffer.index.chunking import chunk_body, sentences
+from stormbuffer.index.chunking import chunk_body, sentence_spans
 from stormbuffer.index.sync import FileList, refresh_vectors, reindex_store, scan_files, sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.helpers import lock_held_elsewhere
@@ -330,10 +330,12 @@ def test_a_chunk_of_several_sentences_keeps_a_vector_per_sentence(store: StorePa
     stored = dict(rows(store, "SELECT r.title, v.sentence_vectors FROM records AS r JOIN chunks AS c ON "
                               "c.record_id = r.id JOIN vectors AS v ON v.embed_hash = c.embed_hash"))  # fmt: skip
     assert stored["Short"] is None
-    pieces = sentences(chunk_body(long.title, long.body, count_tokens=embedder.token_count)[0].text)
-    assert len(pieces) == 3
-    vectors = np.frombuffer(stored["Pilot station"], dtype="<f4").reshape(len(pieces), embedder.dimension)
-    np.testing.assert_allclose(vectors, embedder.embed(pieces), atol=1e-5)
+    chunk = chunk_body(long.title, long.body, count_tokens=embedder.token_count)[0]
+    offset = len(chunk.embed_text) - len(chunk.text)
+    spans = [(offset + start, offset + end) for start, end in sentence_spans(chunk.text)]
+    assert len(spans) == 3
+    vectors = np.frombuffer(stored["Pilot station"], dtype="<f4").reshape(len(spans), embedder.dimension)
+    np.testing.assert_allclose(vectors, embedder.embed_spans([chunk.embed_text], [spans])[1][0], atol=1e-5)
 
     assert reindex_store(store, embedder).embedded == 0  # carried with their chunk's vector
     carried = rows(store, "SELECT v.sentence_vectors FROM vectors AS v WHERE v.sentence_vectors IS NOT NULL")

@@ -77,7 +77,8 @@ async def test_recall_sees_edits_creations_and_deletions_on_disk(store: Store) -
 
         (store.box.project_root / "records" / f"{MISSING_ID}.md").unlink()
         blocks = await recall_until(client, "nebula relay", lambda b: not text_of(b, MISSING_ID))
-        assert blocks and all(block["record_id"] != MISSING_ID for block in blocks)
+        # No other record is about a nebula relay: focused context may give no block at all.
+        assert all(block["record_id"] != MISSING_ID for block in blocks)
 
 
 async def test_a_write_through_the_adapter_is_read_at_once(store: Store) -> None:

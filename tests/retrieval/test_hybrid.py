@@ -16,7 +16,7 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.stores import StorePaths, View, record_scope
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import Embedder, EmbeddingFailed
-from stormbuffer.index.chunking import chunk_body, sentences
+from stormbuffer.index.chunking import chunk_body, sentence_spans
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, ready_for_retrieval, search
 from stormbuffer.retrieval.hits import FALLBACK_REASONS
@@ -237,7 +237,9 @@ def test_a_chunk_s_similarity_is_raised_halfway_to_its_closest_sentence(
     asked = embedder.embed([query])[0]
     (chunk,) = chunk_body(planned.title, planned.body, count_tokens=embedder.token_count)
     own = float(embedder.embed([chunk.embed_text])[0] @ asked)
-    closest = float((embedder.embed(sentences(chunk.text)) @ asked).max())
+    offset = len(chunk.embed_text) - len(chunk.text)
+    spans = [(offset + start, offset + end) for start, end in sentence_spans(chunk.text)]
+    closest = float((embedder.embed_spans([chunk.embed_text], [spans])[1][0] @ asked).max())
     assert closest > own
     raised = own + 0.5 * (closest - own)
     assert hit.vector_distance == pytest.approx(math.sqrt(2 - 2 * raised), abs=1e-5)

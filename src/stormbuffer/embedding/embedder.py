@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +11,7 @@ import numpy as np
 from .cache import TOKENIZER_FILE, installed_model, reading
 from .errors import EmbedderInitError, EmbeddingFailed
 from .manifest import ModelManifest
-from .sessions import open_session
+from .sessions import bulk_workers, open_session
 from .tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ class Embedder:
     """Turns texts of at most `max_tokens` tokens into L2-normalised float32 vectors.
 
     `graph_file` names the graph the session runs: the saved optimized graph, or the model file.
+    A call of several batches runs `workers` of them at once (the session itself uses few threads,
+    which suits one short query; a bulk load can keep every core busy).
     """
 
     def __init__(
@@ -37,6 +39,7 @@ class Embedder:
         tokens: TokenCounter,
         manifest: ModelManifest,
         graph_file: str,
+        workers: int = 1,
     ):
         self.graph_file = graph_file
         self.model_id = manifest.model_id
@@ -44,23 +47,29 @@ class Embedder:
         self.model_checksum = manifest.model_checksum
         self.dimension = manifest.dimension
         self.max_tokens = manifest.max_tokens
+        self.workers = workers
         self._session = session
         self._tokens = tokens
         self._inputs = [node.name for node in session.get_inputs()]
         if not set(self._inputs) <= set(MODEL_INPUTS):
             raise EmbedderInitError("the cached embedding model expects unknown inputs; run `sbuf init`")
         outputs = {node.name: node.shape for node in session.get_outputs()}
-        if POOLED_OUTPUT in outputs:
-            self._output, self._pool = POOLED_OUTPUT, False
-        else:
-            # A graph without pooling yields per-token states [batch, sequence, hidden]: pool here.
-            token_outputs = [name for name, shape in outputs.items() if len(shape) == 3]
-            if not token_outputs:
-                raise EmbedderInitError("the cached embedding model has no usable output; run `sbuf init`")
-            self._output, self._pool = token_outputs[0], True
-        width = outputs[self._output][-1]
-        if isinstance(width, int) and width != self.dimension:
-            raise EmbedderInitError("the cached embedding model has the wrong dimension; run `sbuf init`")
+        # Per-token states [batch, sequence, hidden], when the graph has them (a graph without pooling
+        # has only them: it is pooled here).
+        token_outputs = [name for name, shape in outputs.items() if len(shape) == 3]
+        self._states = token_outputs[0] if token_outputs else None
+        self._pooled = POOLED_OUTPUT if POOLED_OUTPUT in outputs else None
+        if self._pooled is None and self._states is None:
+            raise EmbedderInitError("the cached embedding model has no usable output; run `sbuf init`")
+        for name in filter(None, (self._pooled, self._states)):
+            width = outputs[name][-1]
+            if isinstance(width, int) and width != self.dimension:
+                raise EmbedderInitError("the cached embedding model has the wrong dimension; run `sbuf init`")
+
+    @property
+    def pools_spans(self) -> bool:
+        """Whether `embed_spans` pools one pass's token states (else it embeds each span again)."""
+        return self._states is not None
 
     def token_count(self, text: str) -> int:
         """Model tokens in `text`, [CLS] and [SEP] included."""
@@ -72,22 +81,85 @@ class Embedder:
         Raises ValueError for a non-string or a text longer than `max_tokens` (split it first: nothing
         is truncated), EmbeddingFailed when the model fails.
         """
-        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
-            raise ValueError("embed expects a list of strings")
-        ids = self._tokens.token_ids(texts)
+        ids = self._checked(texts, self._tokens.token_ids(_strings(texts)))
+        vectors = np.empty((len(ids), self.dimension), dtype=np.float32)
+
+        def run(batch: list[int]) -> None:
+            vectors[batch] = self._run([ids[index] for index in batch], states=False)[0]
+
+        self._each_batch(ids, run)
+        return vectors
+
+    def embed_spans(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
+        """The vectors of `texts` (as `embed`) and, for each text, one vector per (start, end)
+        character span of it: [len(spans[i]), dimension] float32, unit length.
+
+        A span's vector is the mean of the token states, from the text's own pass, of the tokens that
+        lie inside it, L2-normalised: the span is read in its text's context and costs no model call
+        of its own. A graph without token states embeds each span's text instead; so does a span
+        without tokens (nothing but special characters).
+        """
+        if len(spans) != len(texts):
+            raise ValueError("embed_spans needs one list of spans per text")
+        if self._states is None:
+            return self.embed(texts), [self._embed_pieces(text, own) for text, own in zip(texts, spans, strict=True)]
+        encoded = self._tokens.token_spans(_strings(texts))
+        ids = self._checked(texts, [sequence for sequence, _offsets in encoded])
+        vectors = np.empty((len(ids), self.dimension), dtype=np.float32)
+        pooled: list[np.ndarray] = [np.empty((0, self.dimension), dtype=np.float32)] * len(ids)
+
+        def run(batch: list[int]) -> None:
+            vectors[batch], states = self._run([ids[index] for index in batch], states=True)
+            for row, index in enumerate(batch):
+                pooled[index] = self._pool_spans(texts[index], states[row], encoded[index][1], spans[index])
+
+        self._each_batch(ids, run)
+        return vectors, pooled
+
+    def _pool_spans(self, text: str, states: np.ndarray, offsets: list[tuple[int, int] | None],
+                    spans: Sequence[tuple[int, int]]) -> np.ndarray:  # fmt: skip
+        starts = np.array([offset[0] if offset else -1 for offset in offsets])
+        ends = np.array([offset[1] if offset else -1 for offset in offsets])
+        out = np.empty((len(spans), self.dimension), dtype=np.float32)
+        for row, (start, end) in enumerate(spans):
+            inside = (starts >= start) & (ends <= end) & (starts >= 0)
+            if inside.any():
+                out[row] = mean_pool_l2(states[None, : inside.size], inside[None, :])[0]
+            else:
+                out[row] = self.embed([text[start:end]])[0]
+        return out
+
+    def _embed_pieces(self, text: str, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+        if not spans:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        return self.embed([text[start:end] for start, end in spans])
+
+    def _checked(self, texts: Sequence[str], ids: list[list[int]]) -> list[list[int]]:
         for index, sequence in enumerate(ids):
             if len(sequence) > self.max_tokens:
                 raise ValueError(
                     f"text {index} contains {len(sequence)} model tokens; the maximum is {self.max_tokens}"
                 )
-        vectors = np.empty((len(ids), self.dimension), dtype=np.float32)
-        # Similar lengths share a batch so little compute is spent on padding.
-        order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
-        for batch in _batches(order, [len(sequence) for sequence in ids]):
-            vectors[batch] = self._run([ids[index] for index in batch])
-        return vectors
+        return ids
 
-    def _run(self, batch: list[list[int]]) -> np.ndarray:
+    def _each_batch(self, ids: list[list[int]], run: Callable[[list[int]], None]) -> None:
+        """`run` each batch (similar lengths together: little compute is spent on padding), `workers`
+        at a time; the session releases the interpreter lock while it computes."""
+        order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
+        batches = _batches(order, [len(sequence) for sequence in ids])
+        if self.workers < 2 or len(batches) < 2:
+            for batch in batches:
+                run(batch)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(batches))) as pool:
+            for done in [pool.submit(run, batch) for batch in batches]:
+                done.result()
+
+    def _run(self, batch: list[list[int]], *, states: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Pooled vectors of the batch and, with `states`, its token states (else an empty array)."""
         width = max(len(sequence) for sequence in batch)
         input_ids = np.zeros((len(batch), width), dtype=np.int64)  # 0 is [PAD]
         attention_mask = np.zeros_like(input_ids)
@@ -95,15 +167,26 @@ class Embedder:
             input_ids[row, : len(sequence)] = sequence
             attention_mask[row, : len(sequence)] = 1
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": np.zeros_like(input_ids)}
+        wanted = [name for name in (self._pooled, self._states if states or self._pooled is None else None) if name]
         try:
-            (result,) = self._session.run([self._output], {name: feeds[name] for name in self._inputs})
+            results = dict(zip(wanted, self._session.run(wanted, {name: feeds[name] for name in self._inputs}),
+                               strict=True))  # fmt: skip
         except Exception as exc:  # onnxruntime raises its own exception types
             raise EmbeddingFailed(f"the embedding model failed to run ({type(exc).__name__})") from exc
-        if self._pool:
-            result = mean_pool_l2(result, attention_mask)
-        if result.shape != (len(batch), self.dimension) or not np.isfinite(result).all():
+        token_states = results.get(self._states or "", np.empty(0, dtype=np.float32))
+        pooled = results[self._pooled] if self._pooled else mean_pool_l2(token_states, attention_mask)
+        if pooled.shape != (len(batch), self.dimension) or not np.isfinite(pooled).all():
             raise EmbeddingFailed("the embedding model returned malformed vectors")
-        return result
+        if states and (token_states.shape != (len(batch), width, self.dimension)
+                       or not np.isfinite(token_states).all()):  # fmt: skip
+            raise EmbeddingFailed("the embedding model returned malformed token states")
+        return pooled, token_states
+
+
+def _strings(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+        raise ValueError("embed expects a list of strings")
+    return list(texts)
 
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
@@ -142,4 +225,4 @@ def load(cache_dir: Path, variant: str) -> Embedder:
         tokens = TokenCounter.from_json(tokenizer_json)
     except ValueError as exc:
         raise EmbedderInitError("the cached tokenizer is damaged; run `sbuf init` to repair it") from exc
-    return Embedder(session, tokens, manifest, graph_file)
+    return Embedder(session, tokens, manifest, graph_file, workers=bulk_workers())

@@ -3,7 +3,7 @@
 A one-shot `sbuf invoke` opens the model while it reads, checks and syncs. Importing onnxruntime and
 creating its session hold the interpreter lock for most of their time, so on a thread they would
 hold up the main thread by as much; a child process opens the model on another core instead. The
-child answers `embed` and `token_count` over two pipes until the parent closes them. It only reads
+child answers `embed`, `embed_spans` and `token_count` over two pipes until the parent closes them. It only reads
 the model cache, so the parent may kill it at any moment.
 """
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 Opener = Callable[[], tuple[Any, "str | None"]]  # an embedder, or None and the semantic fallback reason
 IDENTITY = ("model_id", "model_version", "model_checksum", "dimension", "max_tokens")
-CALLS = frozenset({"embed", "token_count"})
+CALLS = frozenset({"embed", "embed_spans", "token_count"})
 
 
 def can_fork() -> bool:
@@ -37,7 +37,7 @@ class ForkedEmbedder:
     """The parent's side: the opened model's identity, and its calls sent to the child.
 
     `start` forks at once (call it before the process starts any thread); `opened` waits for the
-    child to open the model; `close` ends the child. Each call is a pickled (name, argument) pair
+    child to open the model; `close` ends the child. Each call is a pickled (name, arguments) pair
     answered by a pickled (ok, value) pair; a failed call raises the child's ValueError or
     EmbeddingFailed, and a child that is gone raises EmbeddingFailed.
     """
@@ -106,6 +106,10 @@ class ForkedEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self._call("embed", texts)
 
+    def embed_spans(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
+        return self._call("embed_spans", texts, spans)
+
     def close(self) -> None:
         """End the child (it holds nothing that could be left half done) and reap it."""
         pid, self._pid = self._pid, None
@@ -122,12 +126,12 @@ class ForkedEmbedder:
             pass
         os.waitpid(pid, 0)
 
-    def _call(self, name: str, argument: Any) -> Any:
+    def _call(self, name: str, *arguments: Any) -> Any:
         with self._lock:
             if self._pid is None:
                 raise EmbeddingFailed("the embedding model is closed")
             try:
-                pickle.dump((name, argument), self._requests)
+                pickle.dump((name, arguments), self._requests)
                 self._requests.flush()
                 ok, value = pickle.load(self._replies)
             except (EOFError, OSError, pickle.PickleError, ValueError, TypeError):
@@ -149,13 +153,13 @@ def _serve(opener: Opener, request_fd: int, reply_fd: int) -> None:
         _reply(replies, (reason, identity))
         while embedder is not None:
             try:
-                name, argument = pickle.load(requests)
+                name, arguments = pickle.load(requests)
             except EOFError:
                 return
             try:
                 if name not in CALLS:
                     raise ValueError("unknown call")
-                answer: tuple[bool, Any] = (True, getattr(embedder, name)(argument))
+                answer: tuple[bool, Any] = (True, getattr(embedder, name)(*arguments))
             except (ValueError, EmbeddingFailed) as exc:
                 answer = (False, exc)
             except Exception as exc:

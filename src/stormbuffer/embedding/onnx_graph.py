@@ -2,7 +2,9 @@
 
 The graph takes `input_ids`, `attention_mask` and `token_type_ids` (int64, [batch, sequence]) and
 returns `sentence_embedding` (float32, [batch, 384]): BERT encoder, mean pooling over the attention
-mask, L2 normalisation. The encoder output is named `last_hidden_state`.
+mask, L2 normalisation. The encoder's token states are a second output, `last_hidden_state`
+(float32, [batch, sequence, 384]), so that one pass over a text can also give the vectors of its
+parts (`Embedder.embed_spans`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-# Bump whenever the graph changes in a way that can change the vectors.
-GRAPH_VERSION = 1
+# Bump whenever the graph changes in a way that can change the vectors (2: token states output, which
+# sentence vectors are pooled from).
+GRAPH_VERSION = 2
 OPSET = 17  # LayerNormalization needs opset 17
 IR_VERSION = 8  # readable by every onnxruntime the project supports
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+TOKEN_STATES = "last_hidden_state"
 WQ8_BLOCK = 32  # input rows sharing one int8 scale in the wq8 variant
 _EXPECTED_CONFIG = {"model_type": "bert", "hidden_act": "gelu", "position_embedding_type": "absolute"}
 
@@ -177,7 +181,7 @@ def build_model(source_dir: Path, *, int8_weights: bool) -> onnx.ModelProto:
         h = linear(x, p + "intermediate.dense")
         gelu = g.op("Mul", g.op("Mul", h, g.op("Add", g.op("Erf", g.op("Div", h, sqrt2)), one)), half)
         out = g.op("Add", linear(gelu, p + "output.dense"), x)
-        x = layer_norm(out, p + "output.LayerNorm", output="last_hidden_state" if i == layers - 1 else None)
+        x = layer_norm(out, p + "output.LayerNorm", output=TOKEN_STATES if i == layers - 1 else None)
 
     # Mean pooling over the attention mask, then L2 normalisation (same epsilons as sentence-transformers).
     axis1 = const("axes_1", [1], np.int64)
@@ -193,7 +197,10 @@ def build_model(source_dir: Path, *, int8_weights: bool) -> onnx.ModelProto:
         g.nodes,
         "all-MiniLM-L6-v2",
         [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"]) for name in INPUTS],
-        [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden])],
+        [
+            helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden]),
+            helper.make_tensor_value_info(TOKEN_STATES, TensorProto.FLOAT, ["batch", "sequence", hidden]),
+        ],
         g.initializers,
     )
     model = helper.make_model(

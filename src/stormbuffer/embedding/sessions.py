@@ -127,3 +127,9 @@ def _threads() -> int:
     """Half the cores, at most 4: a store is used alongside editors, agents and builds, and on a busy
     machine extra intra-op threads make onnxruntime slower, not faster (one core of two here)."""
     return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+def bulk_workers() -> int:
+    """Model calls a bulk embedding runs at once: enough sessions' threads to use every core, at most 4
+    (one query is one call and uses the session's threads alone)."""
+    return max(1, min(4, (os.cpu_count() or 2) // _threads()))

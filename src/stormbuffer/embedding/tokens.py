@@ -43,6 +43,16 @@ class TokenCounter:
         """Token ids of each text, special tokens included, neither truncated nor padded."""
         return [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
 
+    def token_spans(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int] | None]]]:
+        """Token ids of each text (as `token_ids`) and, per token, the characters of the text it came
+        from as (start, end); None for a special token."""
+        return [
+            (encoding.ids, [None if special else (start, end)
+                            for (start, end), special in zip(encoding.offsets, encoding.special_tokens_mask,
+                                                             strict=True)])
+            for encoding in self._tokenizer.encode_batch(list(texts))
+        ]  # fmt: skip
+
 
 def load_tokenizer(cache_dir: Path | None = None) -> TokenCounter:
     """The pinned tokenizer from an installed model package, else from the model cache in `cache_dir`."""

@@ -122,18 +122,33 @@ def _lexical_pieces(text: str, max_words: int) -> Iterator[str]:
 
 def sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
     """``text`` cut at sentence ends and line breaks, each short piece merged into the next until it
-    has ``min_words`` words (a short rest joins the last piece); a text that does not divide is one piece."""
-    pieces, current = [], ""
-    for part in filter(None, (piece.strip() for piece in _SENTENCE_END.split(text))):
-        current = f"{current} {part}".strip()
-        if len(current.split()) >= min_words:
-            pieces.append(current)
-            current = ""
-    if current and pieces:
-        pieces[-1] += " " + current
-    elif current:
-        pieces.append(current)
-    return pieces
+    has ``min_words`` words (a short rest joins the last piece); a text that does not divide is one
+    piece. Each sentence's parts are joined by single spaces."""
+    return [" ".join(_parts(text[start:end])) for start, end in sentence_spans(text, min_words)]
+
+
+def sentence_spans(text: str, min_words: int = SENTENCE_WORDS) -> list[tuple[int, int]]:
+    """Where each of ``sentences(text)`` lies in ``text``: (start, end) character offsets, from its
+    first part's first character to its last part's last."""
+    spans: list[tuple[int, int]] = []
+    start, end, words = -1, 0, 0
+    for first, last in _part_spans(text):
+        part = text[first:last]
+        stripped = part.strip()
+        if not stripped:
+            continue
+        first += len(part) - len(part.lstrip())
+        start = first if start < 0 else start
+        end = first + len(stripped)
+        words += len(stripped.split())
+        if words >= min_words:
+            spans.append((start, end))
+            start, words = -1, 0
+    if start >= 0 and spans:
+        spans[-1] = (spans[-1][0], end)
+    elif start >= 0:
+        spans.append((start, end))
+    return spans
 
 
 def own_sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
@@ -141,6 +156,20 @@ def own_sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
     chunk's own vector already says."""
     cut = sentences(text, min_words)
     return cut if len(cut) > 1 else []
+
+
+def _part_spans(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of the pieces of ``text`` between sentence ends and line breaks (as ``re.split``)."""
+    position = 0
+    for separator in _SENTENCE_END.finditer(text):
+        yield position, separator.start()
+        position = separator.end()
+    yield position, len(text)
+
+
+def _parts(text: str) -> list[str]:
+    """``text``'s non-blank pieces between sentence ends and line breaks, stripped."""
+    return [part for part in (piece.strip() for piece in _SENTENCE_END.split(text)) if part]
 
 
 def approximate_token_count(text: str) -> int:

@@ -40,7 +40,7 @@ from ..core.stores import StorePaths, record_scope
 from . import postings
 from . import projection as pj
 from . import vectors as vector_files
-from .chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body, own_sentences
+from .chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body, own_sentences, sentence_spans
 
 if TYPE_CHECKING:
     import numpy as np
@@ -719,8 +719,7 @@ class _Sync:
                     select(t.chunks.c.embed_hash, t.chunks.c.embed_text, t.chunks.c.text)
                     .where(t.chunks.c.embed_hash.in_(batch))
                 )}  # fmt: skip
-            matrix = embedder.embed([texts[embed_hash][0] for embed_hash in batch])
-            sentence_vectors = _sentence_vectors(embedder, [texts[embed_hash][1] for embed_hash in batch])
+            matrix, sentence_vectors = _chunk_vectors(embedder, [texts[embed_hash] for embed_hash in batch])
             with self.engine.begin() as conn:
                 conn.execute(t.vectors.insert(), [
                     {"embed_hash": embed_hash, "model_version": embedder.model_version,
@@ -819,9 +818,29 @@ class _Sync:
         return layout
 
 
+def _chunk_vectors(embedder: Embedder, texts: list[tuple[str, str]]) -> tuple[np.ndarray, list[bytes | None]]:
+    """For each (embedding text, chunk text): the embedding text's vector, and the float32 vectors of
+    the chunk's sentences (`chunking.own_sentences`) as one blob, None when it has none.
+
+    A model that pools spans (`Embedder.embed_spans`) reads every sentence in the same pass as its
+    chunk; otherwise each sentence is embedded again on its own.
+    """
+    embed_spans = getattr(embedder, "embed_spans", None)
+    offsets = [len(embed_text) - len(text) for embed_text, text in texts]
+    if embed_spans is None or not all(embed_text.endswith(text) for embed_text, text in texts):
+        matrix = embedder.embed([embed_text for embed_text, _text in texts])
+        return matrix, _sentence_vectors(embedder, [text for _embed_text, text in texts])
+    spans = []
+    for (_embed_text, text), offset in zip(texts, offsets, strict=True):
+        own = sentence_spans(text)
+        spans.append([(offset + start, offset + end) for start, end in own] if len(own) > 1 else [])
+    matrix, pooled = embed_spans([embed_text for embed_text, _text in texts], spans)
+    return matrix, [vectors.astype("<f4").tobytes() if len(vectors) else None for vectors in pooled]
+
+
 def _sentence_vectors(embedder: Embedder, texts: list[str]) -> list[bytes | None]:
-    """For each chunk text, the float32 vectors of its sentences (`chunking.own_sentences`) as one
-    blob; None when it has none."""
+    """For each chunk text, the float32 vectors of its sentences (`chunking.own_sentences`), each
+    embedded on its own, as one blob; None when it has none."""
     import numpy as np
 
     cuts = [own_sentences(text) for text in texts]

@@ -1,7 +1,8 @@
 """Bounded context: ranked hits cut to a whitespace-token budget, with the trust contract and a receipt.
 
 Budget rule (deterministic): hits are taken in rank order up to the limit (the rest count as
-omitted). Each hit's text is split on whitespace; a hit without words is skipped; once the budget
+omitted), less those weak both lexically and by meaning (`focus`; counted as omitted too, and
+in the receipt's `focus` entry). Each hit's text is split on whitespace; a hit without words is skipped; once the budget
 is used up, later hits are skipped and the result is marked truncated; a hit with more words than
 remain keeps only the first remaining words (joined by single spaces) and marks truncation; a
 block over 64 KiB is cut at a character boundary. `omitted_results` counts every hit found but not
@@ -18,6 +19,7 @@ from ..core.records import ACCESS_CLASSES
 from ..core.stores import StorePaths
 from ..core.timestamps import Timestamp
 from ..index.projection import PROTOCOL_INDEX_VERSION
+from .focus import focus
 from .hits import SearchHit, SearchOptions
 from .search import effective_options, rank
 
@@ -111,10 +113,10 @@ def context(
     ranking = rank(stores, query, search_options, embedder=embedder, fallback=fallback)
     budget = max(options.budget, 0)
     limit = search_options.bounded_limit
-    taken = ranking.hits[:limit]
-    blocks, used, truncated = _fill(taken, budget)
+    focused = focus(ranking.hits[:limit], ranking.mode)
+    blocks, used, truncated = _fill(focused.kept, budget)
     hybrid = ranking.mode != "lexical"
-    receipt = {
+    receipt: dict[str, Any] = {
         "receipt_id": new_record_id(),
         "retrieved_at": Timestamp.now().render(),
         "query": query,
@@ -135,6 +137,8 @@ def context(
         "retrieval_mode": ranking.mode,
         "contract_version": CONTRACT_VERSION,
     }
+    if (left_out := focused.receipt()) is not None:
+        receipt["focus"] = left_out
     return ContextResult(blocks, receipt)
 
 

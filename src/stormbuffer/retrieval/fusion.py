@@ -154,4 +154,5 @@ def _merge(entry: _Record, current_scope: str | None, near: float | None, time: 
         lexical_match_reason=entry.lexical.lexical_match_reason if entry.lexical is not None else "vector",
         match_reasons=list(dict.fromkeys(reasons)),
         vector_distance=entry.vector.vector_distance if entry.vector is not None else None,
+        lexical_part=entry.parts[0],
     )

@@ -91,6 +91,7 @@ class SearchHit:
     created_at: str = ""  # the record's, RFC 3339
     bm25: float = 0.0  # the lexical side's BM25 score of this chunk (0 for a vector hit)
     chunk: int = -1  # the chunk's id in the projection (its row in the vector matrix)
+    lexical_part: float = 0.0  # hybrid: the record's BM25 over the best of its store's candidates
 
     @property
     def sources(self) -> list[dict[str, str]]:
