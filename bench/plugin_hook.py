@@ -2,8 +2,9 @@
 
 Each iteration starts the host's hook (`node hooks/codex.mjs prompt` with a `UserPromptSubmit`
 event on stdin, exactly as Codex does; likewise `claude.mjs` for Claude Code and `gemini.mjs`
-with a `BeforeAgent` event for Gemini CLI); the hook runs `sbuf --project invoke context` and
-prints the rendered context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
+with a `BeforeAgent` event for Gemini CLI); the hook asks the warm daemon over its socket when
+one of its install serves, else runs `sbuf --project invoke context`, and prints the rendered
+context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
 `pnpm benchmark` check). Reported in the reference's shape, `{iterations, p50_ms, p95_ms,
 max_ms}`, for:
 
@@ -14,7 +15,12 @@ max_ms}`, for:
 - `daemon`: the Codex hook with the warm per-user daemon running: `sbuf invoke` starts it after a
   one-shot read and routes every later call through it (`sbuf daemon status` must then report it);
   it is stopped at the end with `sbuf daemon stop`;
-- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again).
+- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again);
+- `pieces`: where a hook's time goes, beside the same daemon: `node_start` (`node -e 0`),
+  `codex_via_sbuf` (the Codex hook made to run `sbuf invoke` as it did before it spoke to the
+  socket itself: `STORMBUFFER_BIN` is a `/bin/sh` wrapper, so the install check fails), and, when
+  the environment sets `NODE_EXTRA_CA_CERTS` (Node.js then loads certificates at every start),
+  `node_start` and the Codex hook without it.
 
 `sbuf --version` is timed in the same run (the machine's floor) and each p50 is also given as a
 ratio to it. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
@@ -53,6 +59,7 @@ HOOKS = {
 RESULTS = Path(__file__).parent / "results" / "plugin_hook.json"
 SBUF = Path(sys.executable).parent / "sbuf"
 DAEMON_START_TIMEOUT_S = 60
+WARM_READS = 4
 
 
 def node_binary() -> str:
@@ -106,14 +113,36 @@ def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple
     return make
 
 
+def command_run(argv: list[str]) -> Callable[[int], tuple[list[str], bytes]]:
+    return lambda _index: (argv, b"")
+
+
+def pieces(node: str, project: Path, env: dict[str, str], runs: int) -> dict[str, Any]:
+    """The Node.js floor and the hook through `sbuf`, timed beside the daemon the hooks use."""
+    wrapper = project.parent / "sbuf-wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\nexec "{SBUF}" "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    found = {
+        "node_start": timed(command_run([node, "-e", "0"]), project, env, runs, receipt=False),
+        "codex_via_sbuf": timed(hook_run(node, project), project, {**env, "STORMBUFFER_BIN": str(wrapper)}, runs),
+    }
+    if "NODE_EXTRA_CA_CERTS" in env:
+        bare = {name: value for name, value in env.items() if name != "NODE_EXTRA_CA_CERTS"}
+        found["node_start_without_extra_ca_certs"] = timed(command_run([node, "-e", "0"]), project, bare, runs,
+                                                           receipt=False)  # fmt: skip
+        found["codex_without_extra_ca_certs"] = timed(hook_run(node, project), project, bare, runs)
+    return found
+
+
 def invoke_run(index: int) -> tuple[list[str], bytes]:
     """The `sbuf invoke context` call the hook makes, on its own."""
     request = {"version": 1, "query": QUERIES[index % len(QUERIES)], "budget": 512}
     return [str(SBUF), "--project", "invoke", "context"], json.dumps(request).encode()
 
 
-def with_daemon(cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
-    """Warm the daemon the way a host does (a one-shot read starts it), run `measure()`, stop it."""
+def with_daemon(cwd: Path, env: dict[str, str], measure: Callable[[], Any]) -> Any:
+    """Warm the daemon the way a host does (a one-shot read starts it; a few reads through it open
+    the model and the vectors), run `measure()`, stop it."""
     probe = json.dumps({"version": 1, "query": QUERIES[0]}).encode()
     deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
     while True:
@@ -125,6 +154,10 @@ def with_daemon(cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise SystemExit("the daemon did not start: " + status.stdout.decode(errors="replace")[:300])
         time.sleep(0.5)
+    for query in QUERIES[1:WARM_READS]:
+        request = json.dumps({"version": 1, "query": query}).encode()
+        subprocess.run([str(SBUF), "--project", "invoke", "context"], cwd=cwd, env=env, input=request,
+                       capture_output=True, check=False)  # fmt: skip
     try:
         return measure()
     finally:
@@ -151,12 +184,16 @@ def main() -> None:
     print("sbuf invoke context alone …", file=sys.stderr)
     invoke = timed(invoke_run, project, alone, runs)
     print("prompt hooks of every host, through the daemon …", file=sys.stderr)
-    hosts = with_daemon(
-        project, served, lambda: {host: timed(hook_run(node, project, host), project, served, runs) for host in HOOKS}
-    )
+
+    def measure() -> tuple[dict[str, Any], dict[str, Any]]:
+        hosts = {host: timed(hook_run(node, project, host), project, served, runs) for host in HOOKS}
+        print("where the time goes …", file=sys.stderr)
+        return hosts, pieces(node, project, served, runs)
+
+    hosts, parts = with_daemon(project, served, measure)
     daemon = {"measured": True, **hosts["codex"]}
     version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
-    for result in (one_shot, invoke, daemon, *hosts.values()):
+    for result in (one_shot, invoke, daemon, *hosts.values(), *parts.values()):
         if "p50_ms" in result:
             result["p50_over_version"] = round(result["p50_ms"] / version["p50_ms"], 1)
     report = {
@@ -170,18 +207,20 @@ def main() -> None:
         "invoke_context_alone": invoke,
         "daemon": daemon,
         "hosts": hosts,
+        "pieces": parts,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"{'path':<14} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
+    print(f"{'path':<34} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
     rows = [("sbuf --version", version), ("one-shot", one_shot), ("invoke alone", invoke), ("daemon", daemon)]
     rows += [(f"{host} (daemon)", result) for host, result in hosts.items()]
+    rows += list(parts.items())
     for name, result in rows:
         if "p50_ms" not in result:
-            print(f"{name:<14} not measured: {result['reason']}")
+            print(f"{name:<34} not measured: {result['reason']}")
             continue
         ratio = result.get("p50_over_version", 1.0)
-        print(f"{name:<14} {result['p50_ms']:>8.1f} {result['p95_ms']:>8.1f} {result['max_ms']:>8.1f} {ratio:>12.1f}")
+        print(f"{name:<34} {result['p50_ms']:>8.1f} {result['p95_ms']:>8.1f} {result['max_ms']:>8.1f} {ratio:>12.1f}")
     print(f"load average at the end: {report['machine']['load_average_at_end']}; saved to {RESULTS}")
 
 
