@@ -139,9 +139,10 @@ export function invokeHello({ install, operation, view, cwd, env, length }) {
 }
 
 /**
- * Ask the daemon one `invoke` request: `{sent, line, ok}` (`sent`: the request reached the daemon
- * and must not run again), or `{sent: false}` when it was not taken (nothing listens, a refused or
- * unexpected hello, the deadline). A reply past MAX_REPLY_BYTES ends the connection.
+ * Ask the daemon one `invoke` request: `{sent, line, ok}` (`sent`: the daemon accepted it and it
+ * must not run again), or `{sent: false}` when it was not taken (nothing listens, a refused or
+ * unexpected hello, the deadline). The payload follows the hello at once, saving a round trip: the
+ * daemon reads it only after accepting the hello. A reply past MAX_REPLY_BYTES ends the connection.
  */
 export function askDaemon(daemon, hello, payload, { timeoutMs }) {
   return new Promise((resolve) => {
@@ -158,7 +159,7 @@ export function askDaemon(daemon, hello, payload, { timeoutMs }) {
     };
     const timer = setTimeout(() => finish({ sent }), timeoutMs);
     socket.on('error', () => finish({ sent }));
-    socket.on('connect', () => socket.write(`${JSON.stringify(hello)}\n`));
+    socket.on('connect', () => socket.write(Buffer.concat([Buffer.from(`${JSON.stringify(hello)}\n`), payload])));
     socket.on('data', (chunk) => {
       buffered = Buffer.concat([buffered, chunk]);
       if (buffered.length > MAX_REPLY_BYTES) return finish({ sent });
@@ -174,7 +175,6 @@ export function askDaemon(daemon, hello, payload, { timeoutMs }) {
       if (typeof reply !== 'object' || reply === null || reply.ok !== true) return finish({ sent });
       buffered = buffered.subarray(end + 1);
       sent = true;
-      socket.write(payload);
       return undefined;
     });
     socket.on('end', () => {
