@@ -23,10 +23,11 @@ const SESSION_ENV = ['HOME', 'USERPROFILE', 'XDG_DATA_HOME', 'XDG_CACHE_HOME', '
 
 const uid = () => (typeof process.getuid === 'function' ? process.getuid() : null);
 
-function ownPrivate(file, kind) {
+/** Whether `file` is a `kind` (`isFile`, …) of this user's that others cannot use, at most `maxSize` bytes. */
+function ownPrivate(file, kind, maxSize = Infinity) {
   try {
     const info = lstatSync(file);
-    return info[kind]() && info.uid === uid() && (info.mode & 0o077) === 0;
+    return info[kind]() && info.uid === uid() && (info.mode & 0o077) === 0 && info.size <= maxSize;
   } catch {
     return false;
   }
@@ -114,11 +115,10 @@ export function findDaemon(command, env) {
   const socket = path.join(directory, 'daemon.sock');
   const identityFile = path.join(directory, 'daemon.identity');
   if (Buffer.byteLength(socket) > MAX_SOCKET_PATH || !ownPrivate(socket, 'isSocket')) return null;
-  if (!ownPrivate(identityFile, 'isFile')) return null;
+  if (!ownPrivate(identityFile, 'isFile', MAX_IDENTITY_BYTES)) return null;
   let record;
   try {
-    const text = readFileSync(identityFile, 'utf8');
-    record = text.length <= MAX_IDENTITY_BYTES ? JSON.parse(text) : null;
+    record = JSON.parse(readFileSync(identityFile, 'utf8'));
   } catch {
     return null;
   }
