@@ -22,8 +22,9 @@ max_ms}`, for:
   the environment sets `NODE_EXTRA_CA_CERTS` (Node.js then loads certificates at every start),
   `node_start` and the Codex hook without it.
 
-`sbuf --version` is timed in the same run (the machine's floor) and each p50 is also given as a
-ratio to it. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
+The daemon runs (hosts, pieces and `sbuf --version`, the machine's floor) take turns, one process
+each per round, so a change of load on a shared machine reaches them alike; each p50 is also given
+as a ratio to `sbuf --version`. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
 reused from `--work` when present. Results print and are saved to bench/results/plugin_hook.json.
 
 Usage: python bench/plugin_hook.py [--records 10000] [--iterations 20] [--work DIR]
@@ -81,23 +82,33 @@ def summary(times_s: list[float]) -> dict[str, Any]:
     }
 
 
-def timed(make: Callable[[int], tuple[list[str], bytes]], cwd: Path, env: dict[str, str], iterations: int,
-          receipt: bool = True) -> dict[str, Any]:  # fmt: skip
+Make = Callable[[int], tuple[list[str], bytes]]
+Run = tuple[Make, dict[str, str], bool]  # argv and stdin of an index, the environment, receipt required
+
+
+def timed(make: Make, cwd: Path, env: dict[str, str], iterations: int, receipt: bool = True) -> dict[str, Any]:
     """One warm-up, then `iterations` processes `make(index)` (argv, stdin); with `receipt`, each
     must print a receipt."""
-    times = []
+    return timed_together({"run": (make, env, receipt)}, cwd, iterations)["run"]
+
+
+def timed_together(runs: dict[str, Run], cwd: Path, iterations: int) -> dict[str, dict[str, Any]]:
+    """`timed` for several runs taking turns, one process each per round, so that a load change
+    on the machine reaches all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for index in range(-1, iterations):
-        argv, stdin = make(index)
-        start = time.perf_counter()
-        done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
-        elapsed = time.perf_counter() - start
-        if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
-            raise SystemExit(f"{argv[-1]} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
-        if index >= 0:
-            times.append(elapsed)
+        for name, (make, env, receipt) in runs.items():
+            argv, stdin = make(index)
+            start = time.perf_counter()
+            done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
+            elapsed = time.perf_counter() - start
+            if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
+                raise SystemExit(f"{name} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
+            if index >= 0:
+                times[name].append(elapsed)
         print(f"\r  {index + 1}/{iterations}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    return summary(times)
+    return {name: summary(found) for name, found in times.items()}
 
 
 def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple[list[str], bytes]]:
@@ -117,21 +128,21 @@ def command_run(argv: list[str]) -> Callable[[int], tuple[list[str], bytes]]:
     return lambda _index: (argv, b"")
 
 
-def pieces(node: str, project: Path, env: dict[str, str], runs: int) -> dict[str, Any]:
-    """The Node.js floor and the hook through `sbuf`, timed beside the daemon the hooks use."""
+def daemon_runs(node: str, project: Path, env: dict[str, str]) -> dict[str, Run]:
+    """Every host's hook through the daemon, and where the time goes: `sbuf --version`, `node -e 0`
+    and the Codex hook through `sbuf` (and both without `NODE_EXTRA_CA_CERTS` when it is set)."""
     wrapper = project.parent / "sbuf-wrapper.sh"
     wrapper.write_text(f'#!/bin/sh\nexec "{SBUF}" "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
-    found = {
-        "node_start": timed(command_run([node, "-e", "0"]), project, env, runs, receipt=False),
-        "codex_via_sbuf": timed(hook_run(node, project), project, {**env, "STORMBUFFER_BIN": str(wrapper)}, runs),
-    }
+    runs: dict[str, Run] = {host: (hook_run(node, project, host), env, True) for host in HOOKS}
+    runs["sbuf_version"] = (command_run([str(SBUF), "--version"]), env, False)
+    runs["node_start"] = (command_run([node, "-e", "0"]), env, False)
+    runs["codex_via_sbuf"] = (hook_run(node, project), {**env, "STORMBUFFER_BIN": str(wrapper)}, True)
     if "NODE_EXTRA_CA_CERTS" in env:
         bare = {name: value for name, value in env.items() if name != "NODE_EXTRA_CA_CERTS"}
-        found["node_start_without_extra_ca_certs"] = timed(command_run([node, "-e", "0"]), project, bare, runs,
-                                                           receipt=False)  # fmt: skip
-        found["codex_without_extra_ca_certs"] = timed(hook_run(node, project), project, bare, runs)
-    return found
+        runs["node_start_without_extra_ca_certs"] = (command_run([node, "-e", "0"]), bare, False)
+        runs["codex_without_extra_ca_certs"] = (hook_run(node, project), bare, True)
+    return runs
 
 
 def invoke_run(index: int) -> tuple[list[str], bytes]:
@@ -183,16 +194,12 @@ def main() -> None:
     one_shot = timed(hook_run(node, project), project, alone, runs)
     print("sbuf invoke context alone …", file=sys.stderr)
     invoke = timed(invoke_run, project, alone, runs)
-    print("prompt hooks of every host, through the daemon …", file=sys.stderr)
-
-    def measure() -> tuple[dict[str, Any], dict[str, Any]]:
-        hosts = {host: timed(hook_run(node, project, host), project, served, runs) for host in HOOKS}
-        print("where the time goes …", file=sys.stderr)
-        return hosts, pieces(node, project, served, runs)
-
-    hosts, parts = with_daemon(project, served, measure)
+    print("prompt hooks of every host and where the time goes, through the daemon …", file=sys.stderr)
+    measured = with_daemon(project, served, lambda: timed_together(daemon_runs(node, project, served), project, runs))
+    hosts = {host: measured.pop(host) for host in HOOKS}
+    version = measured.pop("sbuf_version")
+    parts = measured
     daemon = {"measured": True, **hosts["codex"]}
-    version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
     for result in (one_shot, invoke, daemon, *hosts.values(), *parts.values()):
         if "p50_ms" in result:
             result["p50_over_version"] = round(result["p50_ms"] / version["p50_ms"], 1)
