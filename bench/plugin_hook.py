@@ -2,8 +2,9 @@
 
 Each iteration starts the host's hook (`node hooks/codex.mjs prompt` with a `UserPromptSubmit`
 event on stdin, exactly as Codex does; likewise `claude.mjs` for Claude Code and `gemini.mjs`
-with a `BeforeAgent` event for Gemini CLI); the hook runs `sbuf --project invoke context` and
-prints the rendered context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
+with a `BeforeAgent` event for Gemini CLI); the hook asks the warm daemon over its socket when
+one of its install serves, else runs `sbuf --project invoke context`, and prints the rendered
+context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
 `pnpm benchmark` check). Reported in the reference's shape, `{iterations, p50_ms, p95_ms,
 max_ms}`, for:
 
@@ -14,10 +15,16 @@ max_ms}`, for:
 - `daemon`: the Codex hook with the warm per-user daemon running: `sbuf invoke` starts it after a
   one-shot read and routes every later call through it (`sbuf daemon status` must then report it);
   it is stopped at the end with `sbuf daemon stop`;
-- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again).
+- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again);
+- `pieces`: where a hook's time goes, beside the same daemon: `node_start` (`node -e 0`),
+  `codex_via_sbuf` (the Codex hook made to run `sbuf invoke` as it did before it spoke to the
+  socket itself: `STORMBUFFER_BIN` is a `/bin/sh` wrapper, so the install check fails), and, when
+  the environment sets `NODE_EXTRA_CA_CERTS` (Node.js then loads certificates at every start),
+  `node_start` and the Codex hook without it.
 
-`sbuf --version` is timed in the same run (the machine's floor) and each p50 is also given as a
-ratio to it. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
+The daemon runs (hosts, pieces and `sbuf --version`, the machine's floor) take turns, one process
+each per round, so a change of load on a shared machine reaches them alike; each p50 is also given
+as a ratio to `sbuf --version`. The store is the one bench/invoke_latency.py builds (fast-path vectors, see there),
 reused from `--work` when present. Results print and are saved to bench/results/plugin_hook.json.
 
 Usage: python bench/plugin_hook.py [--records 10000] [--iterations 20] [--work DIR]
@@ -53,6 +60,7 @@ HOOKS = {
 RESULTS = Path(__file__).parent / "results" / "plugin_hook.json"
 SBUF = Path(sys.executable).parent / "sbuf"
 DAEMON_START_TIMEOUT_S = 60
+WARM_READS = 4
 
 
 def node_binary() -> str:
@@ -74,23 +82,33 @@ def summary(times_s: list[float]) -> dict[str, Any]:
     }
 
 
-def timed(make: Callable[[int], tuple[list[str], bytes]], cwd: Path, env: dict[str, str], iterations: int,
-          receipt: bool = True) -> dict[str, Any]:  # fmt: skip
+Make = Callable[[int], tuple[list[str], bytes]]
+Run = tuple[Make, dict[str, str], bool]  # argv and stdin of an index, the environment, receipt required
+
+
+def timed(make: Make, cwd: Path, env: dict[str, str], iterations: int, receipt: bool = True) -> dict[str, Any]:
     """One warm-up, then `iterations` processes `make(index)` (argv, stdin); with `receipt`, each
     must print a receipt."""
-    times = []
+    return timed_together({"run": (make, env, receipt)}, cwd, iterations)["run"]
+
+
+def timed_together(runs: dict[str, Run], cwd: Path, iterations: int) -> dict[str, dict[str, Any]]:
+    """`timed` for several runs taking turns, one process each per round, so that a load change
+    on the machine reaches all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for index in range(-1, iterations):
-        argv, stdin = make(index)
-        start = time.perf_counter()
-        done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
-        elapsed = time.perf_counter() - start
-        if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
-            raise SystemExit(f"{argv[-1]} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
-        if index >= 0:
-            times.append(elapsed)
+        for name, (make, env, receipt) in runs.items():
+            argv, stdin = make(index)
+            start = time.perf_counter()
+            done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
+            elapsed = time.perf_counter() - start
+            if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
+                raise SystemExit(f"{name} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
+            if index >= 0:
+                times[name].append(elapsed)
         print(f"\r  {index + 1}/{iterations}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    return summary(times)
+    return {name: summary(found) for name, found in times.items()}
 
 
 def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple[list[str], bytes]]:
@@ -106,14 +124,36 @@ def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple
     return make
 
 
+def command_run(argv: list[str]) -> Callable[[int], tuple[list[str], bytes]]:
+    return lambda _index: (argv, b"")
+
+
+def daemon_runs(node: str, project: Path, env: dict[str, str]) -> dict[str, Run]:
+    """Every host's hook through the daemon, and where the time goes: `sbuf --version`, `node -e 0`
+    and the Codex hook through `sbuf` (and both without `NODE_EXTRA_CA_CERTS` when it is set)."""
+    wrapper = project.parent / "sbuf-wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\nexec "{SBUF}" "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    runs: dict[str, Run] = {host: (hook_run(node, project, host), env, True) for host in HOOKS}
+    runs["sbuf_version"] = (command_run([str(SBUF), "--version"]), env, False)
+    runs["node_start"] = (command_run([node, "-e", "0"]), env, False)
+    runs["codex_via_sbuf"] = (hook_run(node, project), {**env, "STORMBUFFER_BIN": str(wrapper)}, True)
+    if "NODE_EXTRA_CA_CERTS" in env:
+        bare = {name: value for name, value in env.items() if name != "NODE_EXTRA_CA_CERTS"}
+        runs["node_start_without_extra_ca_certs"] = (command_run([node, "-e", "0"]), bare, False)
+        runs["codex_without_extra_ca_certs"] = (hook_run(node, project), bare, True)
+    return runs
+
+
 def invoke_run(index: int) -> tuple[list[str], bytes]:
     """The `sbuf invoke context` call the hook makes, on its own."""
     request = {"version": 1, "query": QUERIES[index % len(QUERIES)], "budget": 512}
     return [str(SBUF), "--project", "invoke", "context"], json.dumps(request).encode()
 
 
-def with_daemon(cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
-    """Warm the daemon the way a host does (a one-shot read starts it), run `measure()`, stop it."""
+def with_daemon(cwd: Path, env: dict[str, str], measure: Callable[[], Any]) -> Any:
+    """Warm the daemon the way a host does (a one-shot read starts it; a few reads through it open
+    the model and the vectors), run `measure()`, stop it."""
     probe = json.dumps({"version": 1, "query": QUERIES[0]}).encode()
     deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
     while True:
@@ -125,6 +165,10 @@ def with_daemon(cwd: Path, env: dict[str, str], measure: Any) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise SystemExit("the daemon did not start: " + status.stdout.decode(errors="replace")[:300])
         time.sleep(0.5)
+    for query in QUERIES[1:WARM_READS]:
+        request = json.dumps({"version": 1, "query": query}).encode()
+        subprocess.run([str(SBUF), "--project", "invoke", "context"], cwd=cwd, env=env, input=request,
+                       capture_output=True, check=False)  # fmt: skip
     try:
         return measure()
     finally:
@@ -150,13 +194,13 @@ def main() -> None:
     one_shot = timed(hook_run(node, project), project, alone, runs)
     print("sbuf invoke context alone …", file=sys.stderr)
     invoke = timed(invoke_run, project, alone, runs)
-    print("prompt hooks of every host, through the daemon …", file=sys.stderr)
-    hosts = with_daemon(
-        project, served, lambda: {host: timed(hook_run(node, project, host), project, served, runs) for host in HOOKS}
-    )
+    print("prompt hooks of every host and where the time goes, through the daemon …", file=sys.stderr)
+    measured = with_daemon(project, served, lambda: timed_together(daemon_runs(node, project, served), project, runs))
+    hosts = {host: measured.pop(host) for host in HOOKS}
+    version = measured.pop("sbuf_version")
+    parts = measured
     daemon = {"measured": True, **hosts["codex"]}
-    version = timed(lambda _index: ([str(SBUF), "--version"], b""), project, env, runs, receipt=False)
-    for result in (one_shot, invoke, daemon, *hosts.values()):
+    for result in (one_shot, invoke, daemon, *hosts.values(), *parts.values()):
         if "p50_ms" in result:
             result["p50_over_version"] = round(result["p50_ms"] / version["p50_ms"], 1)
     report = {
@@ -170,18 +214,20 @@ def main() -> None:
         "invoke_context_alone": invoke,
         "daemon": daemon,
         "hosts": hosts,
+        "pieces": parts,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"{'path':<14} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
+    print(f"{'path':<34} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'x --version':>12}")
     rows = [("sbuf --version", version), ("one-shot", one_shot), ("invoke alone", invoke), ("daemon", daemon)]
     rows += [(f"{host} (daemon)", result) for host, result in hosts.items()]
+    rows += list(parts.items())
     for name, result in rows:
         if "p50_ms" not in result:
-            print(f"{name:<14} not measured: {result['reason']}")
+            print(f"{name:<34} not measured: {result['reason']}")
             continue
         ratio = result.get("p50_over_version", 1.0)
-        print(f"{name:<14} {result['p50_ms']:>8.1f} {result['p95_ms']:>8.1f} {result['max_ms']:>8.1f} {ratio:>12.1f}")
+        print(f"{name:<34} {result['p50_ms']:>8.1f} {result['p95_ms']:>8.1f} {result['max_ms']:>8.1f} {ratio:>12.1f}")
     print(f"load average at the end: {report['machine']['load_average_at_end']}; saved to {RESULTS}")
 
 

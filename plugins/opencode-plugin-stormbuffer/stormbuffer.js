@@ -3,7 +3,7 @@
 // It also registers the Stormbuffer MCP server (with candidate writes) unless the configuration
 // already names one. Every failure leaves the turn as it was (fail open).
 import { containsSuccess } from './command-hooks.mjs';
-import { CAPTURE_MARKER, DEFAULT_TIMEOUT_MS, captureInstruction, recall, runInvocation, scopeArgs, selectScope } from './lifecycle.mjs';
+import { CAPTURE_MARKER, DEFAULT_TIMEOUT_MS, captureInstruction, recall, retrieveContext, scopeArgs, selectScope } from './lifecycle.mjs';
 
 // OpenCode names MCP tools `<server>_<tool>`.
 export const CANDIDATE_TOOL = /^stormbuffer_memory_(remember|update)$/;
@@ -18,7 +18,7 @@ function promptOf(parts) {
 
 /**
  * The plugin's handlers for one OpenCode instance. `options` may fix `scope`, `env`, `timeoutMs`
- * or replace `retrieveContext(invocation, {timeoutMs, cwd})` (default: run `sbuf`).
+ * or replace `retrieveContext(invocation, {timeoutMs, cwd})` (default: ask the warm daemon, else run `sbuf`).
  */
 export function createLifecycle({ client, directory }, options = {}) {
   const env = options.env ?? process.env;
@@ -43,7 +43,7 @@ export function createLifecycle({ client, directory }, options = {}) {
         env,
         cwd: directory,
         timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
-        retrieve: options.retrieveContext ?? runInvocation,
+        retrieve: options.retrieveContext ?? retrieveContext,
       });
     } catch {
       // fail open

@@ -63,6 +63,9 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     # the shared modules arrive as files (a host copies a plugin without what its links point to)
     assert not (package / "hooks" / "lifecycle.mjs").is_symlink()
     assert (package / "hooks" / "lifecycle.mjs").read_bytes() == lifecycle
+    client = (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "daemon.mjs").read_bytes()
+    assert not (package / "hooks" / "daemon.mjs").is_symlink()
+    assert (package / "hooks" / "daemon.mjs").read_bytes() == client
     assert [path.name for path in (package / "skills").iterdir()] == ["stormbuffer-memory"]
     assert (target / ".claude-plugin" / "marketplace.json").is_file()
     gemini = run_sbuf("plugin", "install", "gemini", "--directory", str(target), cwd=tmp_path, env=env)

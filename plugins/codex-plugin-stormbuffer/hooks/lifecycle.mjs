@@ -1,10 +1,13 @@
-// The lifecycle shared by the Codex and Pi plugins: which store to ask, how to ask
-// `sbuf invoke context` for the current prompt, how to check and render its answer, and the
-// capture instruction sent once after a turn. Every failure returns null (fail open): a broken
-// or slow store never blocks a prompt.
+// The lifecycle shared by every host's plugin: which store to ask, how to ask
+// `sbuf invoke context` for the current prompt (straight from the warm daemon when one of this
+// install serves, else by running `sbuf`), how to check and render its answer, and the capture
+// instruction sent once after a turn. Every failure returns null (fail open): a broken or slow
+// store never blocks a prompt.
 import { spawn } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
+
+import { askDaemon, findDaemon, invokeHello } from './daemon.mjs';
 
 export const CAPTURE_MARKER = '[stormbuffer:capture-review]';
 export const CONTEXT_CUSTOM_TYPE = 'stormbuffer-context';
@@ -78,7 +81,36 @@ export function contextInvocation(prompt, { scope = 'global', budget, command, e
     command: command || env.STORMBUFFER_BIN || 'sbuf',
     args: [...scopeArgs(scope), 'invoke', 'context'],
     input: `${JSON.stringify({ version: 1, query: prompt, budget: budgetOf(budget) })}\n`,
+    view: SCOPES.has(scope) ? scope : 'global',
+    env,
   };
+}
+
+/**
+ * Run an invocation through the warm daemon of the install `invocation.command` belongs to
+ * (daemon.mjs), else as a process (runInvocation): its stdout when it succeeded, else null. A
+ * request the daemon took is never run again; the process gets what is left of `timeoutMs`.
+ */
+export async function retrieveContext(invocation, { timeoutMs = DEFAULT_TIMEOUT_MS, cwd } = {}) {
+  const started = Date.now();
+  const env = invocation.env ?? process.env;
+  const daemon = findDaemon(invocation.command, env);
+  if (daemon !== null) {
+    let directory = null;
+    try {
+      directory = realpathSync(cwd ?? process.cwd());
+    } catch {
+      // no working directory: `sbuf` reports it
+    }
+    if (directory !== null) {
+      const payload = Buffer.from(invocation.input, 'utf8');
+      const hello = invokeHello({ install: daemon.install, operation: 'context', view: invocation.view ?? 'global',
+        cwd: directory, env, length: payload.length });
+      const answer = await askDaemon(daemon, hello, payload, { timeoutMs });
+      if (answer.sent) return answer.ok ? `${answer.line}\n` : null;
+    }
+  }
+  return runInvocation(invocation, { timeoutMs: Math.max(1, timeoutMs - (Date.now() - started)), cwd });
 }
 
 /**
@@ -207,9 +239,9 @@ export function renderContext(result) {
 
 /**
  * Recall for `prompt`: the rendered context, or null (nothing to recall, no evidence, or any
- * failure). `retrieve(invocation, {timeoutMs, cwd})` runs the invocation (default runInvocation).
+ * failure). `retrieve(invocation, {timeoutMs, cwd})` runs the invocation (default retrieveContext).
  */
-export async function recall(prompt, { scope, budget, command, env, cwd, timeoutMs, retrieve = runInvocation } = {}) {
+export async function recall(prompt, { scope, budget, command, env, cwd, timeoutMs, retrieve = retrieveContext } = {}) {
   const invocation = contextInvocation(prompt, { scope, budget, command, env });
   if (invocation === null) return null;
   const result = parseContextEnvelope(await retrieve(invocation, { timeoutMs, cwd }));

@@ -8,7 +8,7 @@ import {
   DEFAULT_TIMEOUT_MS,
   captureInstruction,
   recall,
-  runInvocation,
+  retrieveContext,
   selectScope,
 } from 'codex-plugin-stormbuffer';
 
@@ -29,7 +29,7 @@ function whenIdle(ctx, action, waited = 0) {
 
 /**
  * The two handlers. `options` may fix `scope`, `cwd`, `budget`, `command`, `env`, `timeoutMs`,
- * or replace `retrieveContext(invocation, {timeoutMs, cwd})` (default: run `sbuf`).
+ * or replace `retrieveContext(invocation, {timeoutMs, cwd})` (default: ask the warm daemon, else run `sbuf`).
  */
 export function createLifecycle(pi, options = {}) {
   const env = options.env ?? process.env;
@@ -52,7 +52,7 @@ export function createLifecycle(pi, options = {}) {
         env,
         cwd,
         timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
-        retrieve: options.retrieveContext ?? runInvocation,
+        retrieve: options.retrieveContext ?? retrieveContext,
       });
       return content === null ? undefined : { message: { customType: CONTEXT_CUSTOM_TYPE, content, display: false } };
     } catch {

@@ -54,6 +54,12 @@ class Runtime:
     def log(self) -> Path:
         return self.directory / "daemon.log"
 
+    @property
+    def identity(self) -> Path:
+        """The serving daemon's `identity_record`, for doors that cannot compute the install identity
+        themselves (the Node.js plugins); present whenever the socket is."""
+        return self.directory / "daemon.identity"
+
 
 def disabled(env: Mapping[str, str]) -> bool:
     return env.get(NO_DAEMON_ENV, "") not in ("", "0") or not hasattr(socket, "AF_UNIX")
@@ -102,6 +108,21 @@ def install_identity(env: Mapping[str, str]) -> str:
     interpreter and the idle time. A daemon answering with another identity is replaced."""
     package = Path(__file__).resolve().parents[1]
     return " ".join([PROTOCOL, __version__, str(package), os.path.realpath(sys.executable), repr(idle_seconds(env))])
+
+
+def identity_record(env: Mapping[str, str]) -> dict[str, object]:
+    """What a door outside Python needs to tell whether its `sbuf` is this install: the identity to
+    present, the idle time it encodes, the directory of the interpreter `sbuf` scripts of this install
+    name, and the package's `__init__.py` stamp (any upgrade or reinstall rewrites that file)."""
+    package = Path(__file__).resolve().parents[1]
+    stamp = (package / "__init__.py").stat()
+    return {
+        "install": install_identity(env),
+        "idle_s": idle_seconds(env),
+        "scripts": os.path.realpath(os.path.dirname(sys.executable)),
+        "package": str(package),
+        "stamp": [str(stamp.st_ino), str(stamp.st_size), str(stamp.st_mtime_ns)],
+    }
 
 
 def session_env(env: Mapping[str, str]) -> dict[str, str]:

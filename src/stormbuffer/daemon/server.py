@@ -47,6 +47,7 @@ from .runtime import (
     SESSION_END,
     Runtime,
     encode_line,
+    identity_record,
     idle_seconds,
     install_identity,
     runtime,
@@ -150,6 +151,7 @@ class Daemon:
     def __init__(self, place: Runtime, env: Mapping[str, str], services: Sequence[Service] = ()) -> None:
         self.place = place
         self.identity = install_identity(env)
+        self._identity_record = identity_record(env)
         self.idle_s = idle_seconds(env)
         self.services = services
         self.shared = Shared()
@@ -177,6 +179,7 @@ class Daemon:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
         self.place.socket.unlink(missing_ok=True)
+        self._write_identity()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(os.fspath(self.place.socket))
         os.chmod(self.place.socket, 0o600)
@@ -185,6 +188,15 @@ class Daemon:
         self._listener = listener
         return True
 
+    def _write_identity(self) -> None:
+        """Write the identity file whole (private, then renamed into place) before the socket exists."""
+        staging = self.place.identity.with_suffix(".tmp")
+        staging.unlink(missing_ok=True)
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with open(fd, "wb") as file:
+            file.write(encode_line(self._identity_record))
+        os.replace(staging, self.place.identity)
+
     def give_way(self) -> None:
         """Stop listening and free the socket path and lock for a successor; open sessions go on."""
         if self._listener is not None:
@@ -192,6 +204,7 @@ class Daemon:
             self._listener.close()
             self._listener = None
             self.place.socket.unlink(missing_ok=True)
+            self.place.identity.unlink(missing_ok=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
