@@ -50,6 +50,7 @@ def test_systemd_analyze_verifies_the_unit(sandbox: Sandbox, tmp_path: Path) -> 
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert exec_start(unit.read_text()) == [str(SBUF), "--global", "serve", "--bind", "127.0.0.1", "--port", "7342"]
     assert "WorkingDirectory" not in unit.read_text()
+    assert "StandardOutput=null" in unit.read_text()  # the sign-in address holds the credential
 
     broken = tmp_path / "broken.service"  # the check can fail: a unit whose program is missing
     broken.write_text(unit.read_text().replace(str(SBUF), str(tmp_path / "no-such-sbuf")))
@@ -62,6 +63,7 @@ def test_the_units_command_serves_the_store(sandbox: Sandbox) -> None:
     ok(sandbox.sbuf("init"))
     port = free_port()
     argv = exec_start(ok(sandbox.sbuf("service", "print", "systemd", "--port", str(port))))
+    token = ok(sandbox.sbuf("auth", "token")).strip()
     server = subprocess.Popen(argv, cwd=sandbox.base, env=sandbox.env, stderr=subprocess.PIPE, text=True)
     try:
         assert server.stderr is not None
@@ -69,7 +71,9 @@ def test_the_units_command_serves_the_store(sandbox: Sandbox) -> None:
             if match := LISTENING.search(line):
                 break
         assert match is not None and match.group(1) == f"127.0.0.1:{port}"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/records", timeout=30) as response:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/records",
+                                         headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as response:
             assert response.status == 200 and json.loads(response.read()) == []
     finally:
         server.send_signal(signal.SIGTERM)
@@ -83,6 +87,7 @@ def test_the_launchd_agent_is_a_valid_property_list(sandbox: Sandbox) -> None:
     assert agent["WorkingDirectory"] == str(sandbox.cwd)  # a project view finds its store from there
     assert agent["RunAtLoad"] is True and agent["KeepAlive"] == {"SuccessfulExit": False}
     assert agent["StandardErrorPath"].endswith("/Library/Logs/stormbuffer-serve.log")
+    assert agent["StandardOutPath"] == "/dev/null"  # the sign-in address holds the credential
 
 
 def test_install_writes_the_unit_once_and_says_how_to_start_it(sandbox: Sandbox) -> None:

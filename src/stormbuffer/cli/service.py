@@ -3,6 +3,8 @@
 The systemd user unit and the launchd agent start this `sbuf` (its absolute path) with the selected
 view (`--global` unless `--project` or `--local` is given; a project view runs in the current
 directory) and the given address and port; logs go to the journal, or to ~/Library/Logs on macOS.
+Standard output, where `serve` prints the review page's sign-in address with the user's credential,
+is discarded, so the credential never reaches a log.
 `install` writes the file where the service manager looks for it and prints the commands that
 start it; it never runs them.
 """
@@ -66,6 +68,7 @@ def systemd_unit(address: str, port: int) -> str:
         lines.append(f"WorkingDirectory={_systemd_word(directory)}")
     lines += [
         "Environment=NO_COLOR=1",
+        "StandardOutput=null",
         "Restart=on-failure",
         "RestartSec=5",
         "TimeoutStopSec=10",
@@ -86,6 +89,7 @@ def launchd_agent(address: str, port: int) -> str:
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},
         "ProcessType": "Background",
+        "StandardOutPath": "/dev/null",
         "StandardErrorPath": str(Path.home() / "Library" / "Logs" / "stormbuffer-serve.log"),
     }
     if (directory := working_directory()) is not None:
