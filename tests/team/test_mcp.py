@@ -85,7 +85,11 @@ async def test_a_reader_recalls_and_cannot_remember(team: Team) -> None:
         got = await client.read_resource(f"stormbuffer://record/{STORED}")
         assert json.loads(got.contents[0].text)["id"] == STORED  # type: ignore[union-attr]
     entries = [entry for entry in audit(team, "rita") if entry["door"] == "mcp"]
-    assert [(e["operation"], e["status"]) for e in entries] == [("recall", 200), ("remember", 403), ("resources", 200)]
+    assert [(e["operation"], e["request"], e["status"]) for e in entries] == [
+        ("recall", "tools/call memory_recall", 200),
+        ("remember", "tools/call memory_remember", 403),
+        ("resources", "resources/read", 200),
+    ]
     assert STORED in entries[0]["records"] and entries[0]["receipt"]
     assert not any(line.count("sbt_") for line in (team.server.box.project_root / "team" / "audit.jsonl").open())
 

@@ -77,11 +77,11 @@ class TeamMcp(StormbufferServer):
             busy = from_core(exc)
             return failure(operation, busy.code, busy.message)
 
-    def answered(self, ctx: Context, operation: str, envelope: dict[str, Any]) -> None:
+    def answered(self, ctx: Context, spec: ToolSpec, envelope: dict[str, Any]) -> None:
         status = 200 if envelope.get("ok") is True else STATUS.get(envelope["error"]["code"], 500)
         records, receipt = envelope_ids(envelope)
-        append_entry(self.trail, _caller(ctx), "mcp", PROTOCOL_OPERATIONS[operation],
-                     f"tools/call {operation}", status, records, receipt)  # fmt: skip
+        append_entry(self.trail, _caller(ctx), "mcp", PROTOCOL_OPERATIONS[spec.operation],
+                     f"tools/call {spec.name}", status, records, receipt)  # fmt: skip
 
     async def read_resource(self, ctx: Context, params: ReadResourceRequestParams) -> ReadResourceResult:
         caller = _caller(ctx)
