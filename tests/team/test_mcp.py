@@ -5,6 +5,7 @@ come before any work, every call is audited, and the envelopes are those of the 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,11 +14,12 @@ from typing import Any
 import httpx2
 import pytest
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.http.conftest import TIMEOUT, sandbox_with_stores, start
-from tests.mcp.conftest import call, connect
+from tests.mcp.conftest import STORMBUFFER_MCP, call, connect
 from tests.mcp.test_equivalence import Masker, differences
 
 from .test_server import Team
@@ -163,3 +165,38 @@ def test_no_token_reaches_the_server_log(team: Team) -> None:
     assert "POST /mcp" in log or "path=/mcp" in log
     assert not any(token in log for token in team.tokens.values())
     assert "sbt_" not in log and "Traceback" not in log
+
+
+async def test_stormbuffer_mcp_remote_relays_a_stdio_host(team: Team) -> None:
+    params = StdioServerParameters(command=str(STORMBUFFER_MCP), args=["--remote", f"{team.server.base_url}/mcp"],
+                                   env={**team.server.box.env, "STORMBUFFER_TOKEN": team.tokens["bot"]},
+                                   cwd=team.server.box.cwd)  # fmt: skip
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=TIMEOUT) as client,
+    ):
+        await client.initialize()
+        recalled = await call(client, "memory_recall", RECALL)
+        remembered = await call(client, "memory_remember", {**REMEMBER, "title": "Relayed deploy note"})
+        got = await call(client, "memory_get", {"id": remembered["result"]["record_id"]})
+    assert recalled["ok"] is True and STORED in json.dumps(recalled["result"])
+    assert got["result"]["status"] == "candidate"
+    assert [source["actor"] for source in got["result"]["sources"]] == ["bot"]
+
+
+@pytest.mark.parametrize("name", ["gone", None])
+def test_stormbuffer_mcp_remote_without_a_valid_token(team: Team, name: str | None) -> None:
+    env = {**team.server.box.env, "STORMBUFFER_TOKEN": team.tokens[name] if name else ""}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "probe", "version": "1"}}}  # fmt: skip
+    done = subprocess.run([str(STORMBUFFER_MCP), "--remote", f"{team.server.base_url}/mcp"], env=env,
+                          cwd=team.server.box.cwd, input=json.dumps(initialize) + "\n", capture_output=True,
+                          text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    if name is None:
+        assert (done.returncode, done.stdout) == (1, "")
+        assert "set STORMBUFFER_TOKEN" in done.stderr
+        return
+    answer = json.loads(done.stdout)
+    assert answer["id"] == 1 and "error" in answer  # refused with 401: the host gets an error, not a hang
+    assert team.tokens["gone"] not in done.stdout + done.stderr and "Traceback" not in done.stderr
