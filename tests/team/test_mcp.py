@@ -150,6 +150,16 @@ async def test_no_revoked_or_wrong_token_is_401_before_any_work(team: Team, name
     assert raised.group_contains(MCPError, match="error response")
 
 
+def test_bodies_are_bounded_as_the_apis(team: Team) -> None:
+    headers = {"Authorization": f"Bearer {team.tokens['rita']}", "Accept": "application/json, text/event-stream"}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "memory_recall", "arguments": {"query": "x" * 300_000}}}  # fmt: skip
+    with httpx2.Client(base_url=team.server.base_url, timeout=TIMEOUT, trust_env=False, headers=headers) as http:
+        answer = http.post("/mcp", json=call)
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "payload_too_large"
+
+
 async def test_recall_over_http_equals_recall_over_stdio(team: Team) -> None:
     async with remote(team, "rita") as client:
         over_http = await call(client, "memory_recall", RECALL)

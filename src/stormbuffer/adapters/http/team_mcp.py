@@ -11,7 +11,9 @@ templates and envelopes) with three differences, all from the authenticated call
 - the caller's name is the `actor` of every source a call writes (the client's claim dropped);
 - every call appends an audit entry, door `mcp`.
 
-Core work runs like the HTTP API's: reads on its reader threads, writes one at a time. The SDK's
+A request's body is read within the API's bounds (`bodies.read`: 413 beyond 256 KiB, 408 when slow)
+before the SDK sees it. Core work runs like the HTTP API's: reads on its reader threads, writes one
+at a time. The SDK's
 session manager runs stateless (no session kept between requests) and answers JSON: clients of
 the stateless revision and older clients' `initialize` alike.
 """
@@ -27,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ReadResourceRequestParams, ReadResourceResult
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from stormbuffer.auth import PROTOCOL_OPERATIONS, Principal, Refused, authorize
 from stormbuffer.auth.audit import AuditTrail
@@ -38,10 +40,12 @@ from stormbuffer.protocol.invoke import failure, handle
 from ..mcp import resources
 from ..mcp.server import Context, StormbufferServer
 from ..mcp.tools import ToolSpec, WriteGrant, arguments_for
+from . import bodies
 from .access import NOT_FOUND, stamped_request
 from .audit import MCP_PATH, append_entry, envelope_ids
 from .context import StoreContext
 from .invoke import READ_OPERATIONS, STATUS
+from .security import MAX_BODY_BYTES
 
 RESOURCE_NOT_FOUND = "could not read the requested resource: not_found"
 
@@ -107,14 +111,33 @@ def _caller(ctx: Context) -> Principal:
     return caller
 
 
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive` that first hands over the whole `body`, already read."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class McpEndpoint:
     """The ASGI endpoint of `/mcp`, and the lifespan that runs the SDK's session manager."""
 
     def __init__(self, store: StoreContext, trail: AuditTrail) -> None:
         server = TeamMcp(store, trail).sdk_server()
-        self.manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True)
+        self.manager = StreamableHTTPSessionManager(
+            app=server, json_response=True, stateless=True, max_request_body_size=MAX_BODY_BYTES
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] == "POST":  # read here, within the API's size and time bounds
+            body = await bodies.read(Request(scope, receive))
+            receive = _replaying(body, receive)
         await self.manager.handle_request(scope, receive, send)
 
     @contextlib.asynccontextmanager
