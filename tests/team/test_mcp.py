@@ -54,15 +54,20 @@ def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Ite
 
 
 @asynccontextmanager
-async def remote(team: Team, name: str) -> AsyncIterator[ClientSession]:
-    """An initialized SDK client session over Streamable HTTP, sending `name`'s token."""
+async def remote(team: Team, name: str, *, modern: bool = False) -> AsyncIterator[ClientSession]:
+    """An SDK client session over Streamable HTTP, sending `name`'s token: initialized (the
+    handshake of the older revisions), or with `modern` adopting `server/discover` (the stateless
+    2026-07-28 revision)."""
     headers = {"Authorization": f"Bearer {team.tokens[name]}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=TIMEOUT, trust_env=False) as http,
         streamable_http_client(f"{team.server.base_url}/mcp", http_client=http) as (read, write),
         ClientSession(read, write, read_timeout_seconds=TIMEOUT) as client,
     ):
-        await client.initialize()
+        if modern:
+            await client.discover()
+        else:
+            await client.initialize()
         yield client
 
 
@@ -160,9 +165,13 @@ def test_bodies_are_bounded_as_the_apis(team: Team) -> None:
     assert answer.json()["error"]["code"] == "payload_too_large"
 
 
-async def test_recall_over_http_equals_recall_over_stdio(team: Team) -> None:
-    async with remote(team, "rita") as client:
+@pytest.mark.parametrize("modern", [False, True], ids=["initialize", "discover"])
+async def test_recall_over_http_equals_recall_over_stdio(team: Team, modern: bool) -> None:
+    async with remote(team, "rita", modern=modern) as client:
+        assert client.discover_result is not None if modern else client.initialize_result is not None
         over_http = await call(client, "memory_recall", RECALL)
+        refused = await call(client, "memory_remember", REMEMBER)
+    assert refused["error"]["code"] == "permission_denied"
     async with connect(team.server.box, "--local", "--no-daemon") as client:
         over_stdio = await call(client, "memory_recall", RECALL)
     known = {STORED}
