@@ -155,14 +155,16 @@ async def test_no_revoked_or_wrong_token_is_401_before_any_work(team: Team, name
     assert raised.group_contains(MCPError, match="error response")
 
 
-def test_bodies_are_bounded_as_the_apis(team: Team) -> None:
+def test_bodies_are_bounded_and_nothing_else_is_answered(team: Team) -> None:
     headers = {"Authorization": f"Bearer {team.tokens['rita']}", "Accept": "application/json, text/event-stream"}
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "memory_recall", "arguments": {"query": "x" * 300_000}}}  # fmt: skip
     with httpx2.Client(base_url=team.server.base_url, timeout=TIMEOUT, trust_env=False, headers=headers) as http:
         answer = http.post("/mcp", json=call)
+        stream = http.get("/mcp")  # stateless: no stream is held open
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "payload_too_large"
+    assert (stream.status_code, stream.json()["error"]["code"]) == (405, "method_not_allowed")
 
 
 @pytest.mark.parametrize("modern", [False, True], ids=["initialize", "discover"])

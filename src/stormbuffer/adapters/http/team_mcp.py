@@ -146,4 +146,4 @@ class McpEndpoint:
             yield
 
     def route(self) -> Route:
-        return Route(MCP_PATH, self, methods=["GET", "POST", "DELETE"])
+        return Route(MCP_PATH, self, methods=["POST"])  # stateless: no stream to GET, no session to DELETE
