@@ -6,16 +6,16 @@ templates and envelopes) with three differences, all from the authenticated call
 
 - every tool call and resource read asks `authorize` first: a store outside the caller's scopes
   is `not_found` (the tool's envelope, or the resource error of a missing record), a role too low
-  `permission_denied` (the envelope a stdio server without a write grant answers), so the write
-  mode is the role's: a reader reads, an agent writes candidates, a reviewer may also archive;
+  `permission_denied` (the code of a stdio server without a write grant, the message naming the
+  role needed), so the write mode is the role's: a reader reads, an agent writes candidates, a
+  reviewer may also archive;
 - the caller's name is the `actor` of every source a call writes (the client's claim dropped);
 - every call appends an audit entry, door `mcp`.
 
-A request's body is read within the API's bounds (`bodies.read`: 413 beyond 256 KiB, 408 when slow)
-before the SDK sees it. Core work runs like the HTTP API's: reads on its reader threads, writes one
-at a time. The SDK's
-session manager runs stateless (no session kept between requests) and answers JSON: clients of
-the stateless revision and older clients' `initialize` alike.
+A request's body is read within the API's bounds (`bodies.read`: 413 beyond 256 KiB, 408 when
+slow) before the SDK sees it. Core work runs like the HTTP API's: reads on its reader threads,
+writes one at a time. The SDK's session manager runs stateless (no session kept between requests)
+and answers JSON: clients of the stateless revision and older clients' `initialize` alike.
 """
 
 from __future__ import annotations
@@ -135,10 +135,8 @@ class McpEndpoint:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] == "POST":  # read here, within the API's size and time bounds
-            body = await bodies.read(Request(scope, receive))
-            receive = _replaying(body, receive)
-        await self.manager.handle_request(scope, receive, send)
+        body = await bodies.read(Request(scope, receive))  # within the API's size and time bounds
+        await self.manager.handle_request(scope, _replaying(body, receive), send)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: object) -> AsyncIterator[None]:
