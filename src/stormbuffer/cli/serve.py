@@ -4,11 +4,11 @@ Every request needs the user's credential (`sbuf auth token`, made here on first
 server listens, the review page's sign-in address, which carries the credential, is printed on
 standard output (the log on standard error never holds it).
 
-With `--team`, every request needs one of the store's team tokens instead (`sbuf team token`),
-on loopback too; the selected store is served alone (the project view's global store is not) and
-the review page is not served. A team server may bind a non-loopback address only over TLS
-(`--tls-cert`, `--tls-key`) or behind an HTTPS reverse proxy (`--behind-proxy IP`); plain HTTP
-there is refused before anything is bound."""
+With `--team`, every request needs one of the store's team tokens instead (`sbuf team token`), on
+loopback too; the selected store is served alone (the project view's global store is not), MCP over
+Streamable HTTP is served at `/mcp` beside the API, and the review page is not served. A team server
+may bind a non-loopback address only over TLS (`--tls-cert`, `--tls-key`) or behind an HTTPS reverse
+proxy (`--behind-proxy IP`); plain HTTP there is refused before anything is bound."""
 
 from __future__ import annotations
 
@@ -105,7 +105,8 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
         if token is None:
             from ..auth.tokens import TeamTokens
 
-            click.echo(f"Team server: {'https' if tls else 'http'}://{shown} (clients send a team token)")
+            url = f"{'https' if tls else 'http'}://{shown}"
+            click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
             loopback_server(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy).run([sock])
             return
         from ..adapters.web import routes

@@ -27,6 +27,7 @@ import secrets
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
+from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -173,6 +174,19 @@ def stamped(record: Record, name: str | None) -> Record:
     if name is None:
         return record
     return dataclasses.replace(record, sources=tuple(dataclasses.replace(s, actor=name) for s in record.sources))
+
+
+def stamped_request(request: dict[str, Any], name: str) -> dict[str, Any]:
+    """A protocol request with `name` as the actor of each source it carries (`source`, `sources`,
+    and those of a nested `record`), changed in place."""
+    for value in (request, request.get("record")):
+        if not isinstance(value, dict):
+            continue
+        listed = value.get("sources")
+        for source in [value.get("source"), *(listed if isinstance(listed, list) else [])]:
+            if isinstance(source, dict):
+                source["actor"] = name
+    return request
 
 
 def guard_write(caller: Principal, record: Record) -> None:

@@ -1,11 +1,11 @@
 """The Starlette application: routes, error answers, the loopback guard and one log line per request.
 
-`build_app(store, bound, credentials, extra_routes, proxy)` is the one way to make it. Extra routes (the
-review pages) are matched after the API's and sit behind the same middleware: the request log (which
-also marks every answer `nosniff` and, outside `/static/`, `no-store`), behind a proxy the proxy
-guard, the loopback guard, on a team server the audit trail, the credential check and the error
-mapping apply to every route. A route finds the store through `store_context` and its caller
-through `access.allow`.
+`build_app(store, bound, credentials, extra_routes, proxy)` is the one way to make it. Extra routes
+(the review pages) are matched after the API's (and a team server's MCP endpoint, `/mcp`) and sit
+behind the same middleware: the request log (which also marks every answer `nosniff` and, outside
+`/static/`, `no-store`), behind a proxy the proxy guard, the loopback guard, on a team server the
+audit trail, the credential check and the error mapping apply to every route. A route finds the
+store through `store_context` and its caller through `access.allow`.
 """
 
 from __future__ import annotations
@@ -71,10 +71,17 @@ def build_app(
 ) -> Starlette:
     """The app serving `store` on the address `bound` to holders of `credentials`, with
     `extra_routes` after the API's; behind the reverse proxy at `proxy` when given."""
-    audit = [] if credentials.team is None else [Middleware(AuditRequests, trail=AuditTrail(credentials.team.paths))]
+    audit, team_routes, lifespan = [], [], None
+    if credentials.team is not None:
+        from .team_mcp import McpEndpoint
+
+        trail = AuditTrail(credentials.team.paths)
+        mcp = McpEndpoint(store, trail)
+        audit, team_routes, lifespan = [Middleware(AuditRequests, trail=trail)], [mcp.route()], mcp.lifespan
     forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(
-        routes=[*api_routes(), *extra_routes],
+        routes=[*api_routes(), *team_routes, *extra_routes],
+        lifespan=lifespan,
         middleware=[
             Middleware(RequestLog),
             *forwarded,

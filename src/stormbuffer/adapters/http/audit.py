@@ -1,4 +1,5 @@
-"""The team server's audit entries: one per request under `/v1/`, refusals included.
+"""The team server's audit entries: one per request under `/v1/`, refusals included, and one per
+MCP request refused before the MCP server (which appends one per tool call or resource read).
 
 `AuditRequests` (ASGI middleware, inside the security checks and around the credential check)
 appends, as the answer starts, who asked (the principal's name, None without a valid token),
@@ -21,6 +22,7 @@ from stormbuffer.auth import Principal
 from stormbuffer.auth.audit import AuditTrail
 
 logger = logging.getLogger("stormbuffer.http")
+MCP_PATH = "/mcp"
 MAX_NAMED = 64  # characters of a record id named in the path that the entry keeps
 
 
@@ -32,16 +34,40 @@ def note(request: Request, records: Iterable[str] = (), receipt: str | None = No
 
 
 def noted_from_envelope(request: Request, envelope: dict[str, Any]) -> None:
-    """`note` the ids a protocol envelope's result holds: the record written or read, hits, blocks
-    and the context's receipt."""
+    """`note` the ids a protocol envelope's result holds."""
+    note(request, *envelope_ids(envelope))
+
+
+def envelope_ids(envelope: dict[str, Any]) -> tuple[list[str], str | None]:
+    """The record ids a protocol envelope's result holds (the record written or read, hits, blocks)
+    and the context's receipt id."""
     result = envelope.get("result")
     if not isinstance(result, dict | list):
-        return
+        return [], None
     items = result if isinstance(result, list) else [result, *_list(result.get("hits")), *_list(result.get("blocks"))]
     records = [str(value) for item in items if isinstance(item, dict)
                for key in ("record_id", "id") if isinstance(value := item.get(key), str)]  # fmt: skip
     receipt = result.get("receipt") if isinstance(result, dict) else None
-    note(request, records, receipt.get("receipt_id") if isinstance(receipt, dict) else None)
+    return records, receipt.get("receipt_id") if isinstance(receipt, dict) else None
+
+
+def append_entry(trail: AuditTrail, caller: Principal | None, door: str, operation: str | None, request: str,
+                 status: int, records: Iterable[str] = (), receipt: str | None = None) -> None:  # fmt: skip
+    """Append one entry to `trail`; a failure to write it is logged, never raised."""
+    entry = {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "who": caller.name if caller is not None else None,
+        "door": door,
+        "operation": operation,
+        "request": request,
+        "status": status,
+        "records": list(dict.fromkeys(records)),
+        "receipt": receipt,
+    }
+    try:
+        trail.append(entry)
+    except OSError as exc:
+        logger.error("audit entry could not be written: %s", type(exc).__name__)
 
 
 def _list(value: object) -> list[Any]:
@@ -56,7 +82,7 @@ class AuditRequests:
         self.trail = trail
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not self._audited(scope):
             await self.app(scope, receive, send)
             return
         appended = False
@@ -74,22 +100,17 @@ class AuditRequests:
             if not appended:  # no answer started: answered as an internal error further out
                 self._append(scope, 500)
 
+    @staticmethod
+    def _audited(scope: Scope) -> bool:
+        return scope["path"].startswith("/v1/") or scope["path"] == MCP_PATH
+
     def _append(self, scope: Scope, status: int) -> None:
         state = scope.get("state", {})
-        caller: Principal | None = state.get("principal")
+        door = "mcp" if scope["path"] == MCP_PATH else "http"
+        if door == "mcp" and state.get("principal") is not None:
+            return  # the MCP server audits each call it answers
         named = scope.get("path_params", {}).get("id")
         records = [named] if isinstance(named, str) and len(named) <= MAX_NAMED else []
-        entry = {
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "who": caller.name if caller is not None else None,
-            "door": "http",
-            "operation": state.get("operation"),
-            "request": f"{scope['method']} {scope['path'][: MAX_NAMED * 4]}",
-            "status": status,
-            "records": list(dict.fromkeys([*records, *state.get("audit_records", ())])),
-            "receipt": state.get("audit_receipt"),
-        }
-        try:
-            self.trail.append(entry)
-        except OSError as exc:
-            logger.error("audit entry could not be written: %s", type(exc).__name__)
+        append_entry(self.trail, state.get("principal"), door, state.get("operation"),
+                     f"{scope['method']} {scope['path'][: MAX_NAMED * 4]}", status,
+                     [*records, *state.get("audit_records", ())], state.get("audit_receipt"))  # fmt: skip

@@ -12,7 +12,6 @@ is answered as a record that does not exist (`not_found`).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,7 +23,7 @@ from stormbuffer.protocol.invoke import encode, failure, invoke_line
 from stormbuffer.protocol.session import Session
 
 from . import bodies
-from .access import allow, author
+from .access import allow, author, stamped_request
 from .audit import noted_from_envelope
 from .context import store_context
 from .errors import ApiError
@@ -75,22 +74,12 @@ def _answer(operation: str, data: bytes, session: Session) -> tuple[str, bool]:
 
 
 def _stamped(data: bytes, name: str) -> bytes:
-    """The request with `name` as the actor of each source it carries (`source`, `sources`, and
-    those of a nested `record`); a body that is not a JSON object is left for the protocol to refuse."""
+    """The request with `name` as the actor of each source it carries; a body that is not a JSON
+    object is left for the protocol to refuse."""
     try:
         request = json.loads(data)
     except (ValueError, RecursionError):
         return data
     if not isinstance(request, dict):
         return data
-    _stamp(request, name)
-    if isinstance(request.get("record"), dict):
-        _stamp(request["record"], name)
-    return json.dumps(request, ensure_ascii=False).encode("utf-8")
-
-
-def _stamp(value: dict[str, Any], name: str) -> None:
-    listed = value.get("sources")
-    for source in [value.get("source"), *(listed if isinstance(listed, list) else [])]:
-        if isinstance(source, dict):
-            source["actor"] = name
+    return json.dumps(stamped_request(request, name), ensure_ascii=False).encode("utf-8")

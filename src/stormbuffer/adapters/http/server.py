@@ -86,7 +86,7 @@ def loopback_server(
     from .connections import BoundedH11Protocol, accept_batch
 
     app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy)
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
                             http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
                             ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)  # fmt: skip

@@ -5,7 +5,8 @@ store cannot be resolved, or stdin closed before the host sent its first request
 daemon went away during the session. Starting never initializes a store or writes anything.
 
 By default the command is a relay between its stdio and a session of the user's daemon
-(`stormbuffer.daemon`), started on demand; it then imports neither the SDK nor NumPy.
+(`stormbuffer.daemon`), started on demand; it then imports neither the SDK nor NumPy. With
+`--remote URL` it relays to a team server's MCP endpoint instead (`remote`).
 `--no-daemon`, `STORMBUFFER_NO_DAEMON=1`, or a platform without Unix sockets serve in this process.
 """
 
@@ -38,6 +39,11 @@ Write access (writes are disabled by default):
 
 Process:
   --no-daemon               serve in this process instead of a session of the user's daemon
+
+Team server (instead of the options above):
+  --remote URL              relay stdio to the MCP endpoint of a team server (`sbuf serve --team`,
+                            URL like https://HOST:PORT/mcp), sending the team token in
+                            STORMBUFFER_TOKEN; its store and the token's role decide the rest
 """
 START_FAILED = "could not start the stdio adapter"
 
@@ -55,6 +61,7 @@ class Options(NamedTuple):
     view: str = "global"
     grant: str = "none"
     daemon: bool = True
+    remote: str | None = None  # a team server's MCP address
 
 
 def parse(argv: Sequence[str]) -> Options | str:
@@ -63,7 +70,9 @@ def parse(argv: Sequence[str]) -> Options | str:
     daemon = True
     view: str | None = None
     grant: str | None = None
-    for arg in argv:
+    remote: str | None = None
+    args = iter(argv)
+    for arg in args:
         if arg in ("-h", "--help"):
             return HELP
         if arg in ("-V", "--version"):
@@ -72,6 +81,10 @@ def parse(argv: Sequence[str]) -> Options | str:
             stdio = True
         elif arg == "--no-daemon":
             daemon = False
+        elif arg == "--remote":
+            remote = next(args, None)
+            if remote is None:
+                raise UsageError("--remote needs the team server's MCP address")
         elif arg in VIEW_FLAGS:
             if view is not None:
                 raise UsageError("select only one of --global, --project, or --local")
@@ -82,6 +95,10 @@ def parse(argv: Sequence[str]) -> Options | str:
             grant = WRITE_FLAGS[arg]
         else:
             raise UsageError("unknown argument")
+    if remote is not None:
+        if view or grant or not daemon:
+            raise UsageError("--remote takes no store, write or process flags: the team server and the token decide")
+        return Options(remote=remote)
     if not stdio:
         raise UsageError("--stdio is required")
     return Options(view or "global", grant or "none", daemon)
@@ -96,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if isinstance(parsed, str):
         sys.stdout.write(parsed)
         sys.exit(0)
+    if parsed.remote is not None:
+        sys.exit(run_remote(parsed.remote))
     if parsed.daemon:
         status = relay(parsed)
         if status is not None:
@@ -161,6 +180,28 @@ def run(options: Options) -> int:
     finally:
         freshness.close()
     return 0 if opened else _start_failed()
+
+
+def run_remote(url: str) -> int:
+    """Relay this process's stdio to a team server until the host closes stdin; the exit status."""
+    from .remote import RemoteError, checked, relay
+
+    try:
+        address, token = checked(url, os.environ)
+    except RemoteError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    import anyio
+
+    from .sdk import defer_package_inits
+
+    defer_package_inits()
+    _log_to_stderr()
+    try:
+        sent = anyio.run(relay, address, token)
+    except KeyboardInterrupt:
+        return 130
+    return 0 if sent else _start_failed()
 
 
 def _start_failed() -> int:

@@ -39,7 +39,7 @@ from stormbuffer.protocol.session import Session
 
 from . import idle, resources
 from .results import tool_result
-from .tools import WriteGrant, arguments_for, catalogue
+from .tools import ToolSpec, WriteGrant, arguments_for, catalogue
 from .transport import answering_files, answering_stdio
 
 SERVER_NAME = "stormbuffer-mcp"
@@ -108,12 +108,28 @@ class StormbufferServer:
         spec = catalogue().get(params.name)
         if spec is None:
             raise MCPError(code=INVALID_PARAMS, message=TOOL_NOT_FOUND)
-        refusal = self.grant.refusal(spec.operation)
-        if refusal is not None:
-            return tool_result(failure(spec.operation, "permission_denied", refusal))
-        request = arguments_for(spec, params.arguments)
-        envelope = await self._run(handle, spec.operation, request, self.session)
+        envelope = self.refusal(ctx, spec.operation)
+        if envelope is None:
+            envelope = await self.run_operation(spec.operation, self.request_for(ctx, spec, params.arguments))
+        self.answered(ctx, spec, envelope)
         return tool_result(envelope)
+
+    def refusal(self, ctx: Context, operation: str) -> dict[str, Any] | None:
+        """The failure envelope of a call the caller may not make, or None when it may run: here,
+        the host's write grant decides."""
+        refusal = self.grant.refusal(operation)
+        return None if refusal is None else failure(operation, "permission_denied", refusal)
+
+    def request_for(self, ctx: Context, spec: ToolSpec, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        """The protocol request a call makes."""
+        return arguments_for(spec, arguments)
+
+    async def run_operation(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The envelope of one protocol operation, run in the worker."""
+        return await self._run(handle, operation, request, self.session)
+
+    def answered(self, ctx: Context, spec: ToolSpec, envelope: dict[str, Any]) -> None:
+        """Called with every tool call's envelope, refusals included (nothing to do over stdio)."""
 
     async def list_resources(self, ctx: Context, params: PaginatedRequestParams | None) -> ListResourcesResult:
         return ListResourcesResult(resources=[])
