@@ -206,3 +206,11 @@ def test_a_symlinked_store_or_records_directory_is_refused(box: Sandbox, link: s
     assert listed.returncode == 1 and "symbolic link" in listed.stderr
     answered = sbuf(box, "--project", "invoke", "search", input='{"version": 1, "query": "outside"}')
     assert answered.returncode == 1 and '"ok":false' in answered.stdout and answered.stderr == ""
+    mcp = str(SBUF.parent / "stormbuffer-mcp")
+    reason = f"the project store's {what} is a symbolic link; Stormbuffer follows no link into or inside a store"
+    for door in ([], ["--no-daemon"]):  # through the daemon and in its own process: the store's reason
+        served = subprocess.run([mcp, "--stdio", "--project", *door], cwd=box.cwd, env=box.env, input="",
+                                capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert (served.returncode, served.stdout) == (1, "")
+        expected = f"stormbuffer-mcp: could not start the stdio adapter: {reason}: replace it with a real directory\n"
+        assert served.stderr == expected

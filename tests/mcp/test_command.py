@@ -100,7 +100,8 @@ def test_startup_fails_without_a_home_directory(sandbox: Sandbox) -> None:
         check=False,
     )
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == "stormbuffer-mcp: could not start the stdio adapter\n"
+    reason = "could not determine the user data directory; set HOME or the platform equivalent"
+    assert done.stderr == f"stormbuffer-mcp: could not start the stdio adapter: {reason}\n"
 
 
 def test_stdin_closed_before_any_request_is_a_startup_failure(sandbox: Sandbox) -> None:

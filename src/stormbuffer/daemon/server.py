@@ -346,10 +346,14 @@ class Daemon:
     async def _mcp(self, connection: Connection, message: Mapping[str, Any]) -> None:
         from stormbuffer.adapters.mcp.server import StormbufferServer, run_session
         from stormbuffer.adapters.mcp.tools import WriteGrant
+        from stormbuffer.core.errors import StoreError
 
         try:
             session = self.shared.session(str(message["view"]), str(message["cwd"]), dict(message["env"]), acquire=True)
             grant = WriteGrant(message["grant"])
+        except StoreError as exc:  # its message names what is wrong with the store, never a path
+            connection.reply({"ok": False, "reason": "start_failed", "message": str(exc)})
+            return
         except Exception:
             connection.reply({"ok": False, "reason": "start_failed"})
             return

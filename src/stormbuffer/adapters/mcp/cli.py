@@ -133,7 +133,7 @@ def relay(options: Options) -> int | None:
         return None
     try:
         if connection.reply.get("reason") == "start_failed":
-            return _start_failed()
+            return _start_failed(connection.reply.get("message"))
         if connection.reply.get("ok") is not True:
             return None
         ended, requested = relay_mcp(connection)
@@ -147,7 +147,7 @@ def relay(options: Options) -> int | None:
 
 def run(options: Options) -> int:
     """Serve one host over stdio until it closes stdin, in this process; returns the exit status."""
-    from stormbuffer.core.errors import StormbufferError
+    from stormbuffer.core.errors import StoreError, StormbufferError
     from stormbuffer.core.locks import lock_wait_from
     from stormbuffer.core.stores import PlatformDirs, View, resolve_store
     from stormbuffer.index.freshness import FreshnessRegistry
@@ -167,6 +167,8 @@ def run(options: Options) -> int:
     try:
         dirs = PlatformDirs.from_environ(os.environ)
         selected = resolve_store(View(options.view), Path.cwd(), dirs)
+    except StoreError as exc:  # its message names what is wrong with the store, never a path
+        return _start_failed(str(exc))
     except (StormbufferError, OSError):
         return _start_failed()
     freshness = FreshnessRegistry()  # watchers start once the host is quiet, or with the first read
@@ -204,8 +206,10 @@ def run_remote(url: str) -> int:
     return 0 if sent else _start_failed()
 
 
-def _start_failed() -> int:
-    print(f"{PROG}: {START_FAILED}", file=sys.stderr)
+def _start_failed(reason: object = None) -> int:
+    """Say the adapter could not start, with the store's own reason when there is one."""
+    print(f"{PROG}: {START_FAILED}: {reason}" if isinstance(reason, str) and reason else f"{PROG}: {START_FAILED}",
+          file=sys.stderr)  # fmt: skip
     return 1
 
 
