@@ -26,7 +26,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.records import Record
 from tests.helpers import SBUF, Sandbox
-from tests.http.conftest import LISTENING, TIMEOUT, Server, sandbox_with_stores, start
+from tests.http.conftest import LISTENING, TIMEOUT, sandbox_with_stores, start
+from tests.team.test_server import Team
 
 from .conftest import Tracker, chromium, snapshot
 
@@ -37,28 +38,16 @@ SECOND = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)")
 CROSS_STORE = "project:01900000-0000-7000-8000-000000000bad"
 
 
-class Team:
-    """A team server and the tokens made for it, by holder name."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.tokens: dict[str, str] = {}
+class TeamPage(Team):
+    """A team server, the tokens made for it, and its review page as each holder uses it."""
 
     @property
     def url(self) -> str:
         return self.server.base_url
 
-    def make(self, name: str, role: str, *args: str) -> str:
-        made = self.server.box.sbuf("--project", "team", "token", "create", "--name", name, "--role", role, *args)
-        assert made.returncode == 0, made.stderr
-        self.tokens[name] = made.stdout.splitlines()[-1]
-        return self.tokens[name]
-
     def invoke(self, name: str, operation: str, request: dict[str, object]) -> dict[str, object]:
         """A protocol call through `/v1/invoke/…` with `name`'s token, as an agent makes it."""
-        with httpx2.Client(base_url=self.url, timeout=TIMEOUT, trust_env=False) as client:
-            answer = client.post(f"/v1/invoke/{operation}", json={"version": 1, **request},
-                                 headers={"Authorization": f"Bearer {self.tokens[name]}"})  # fmt: skip
+        answer = self.call(name, "POST", f"/v1/invoke/{operation}", {"version": 1, **request})
         assert answer.status_code == 200, answer.text
         result: dict[str, object] = answer.json()["result"]
         return result
@@ -96,10 +85,10 @@ class Team:
 
 
 @pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamPage]:
     box = sandbox_with_stores(tmp_path_factory.mktemp("teampage") / "sandbox", None)
     server = start(box, "--team")
-    crew = Team(server)
+    crew = TeamPage(server)
     for name, role in (("alice", "reviewer"), ("carol", "reviewer"), ("bot", "agent"), ("rita", "reader")):
         crew.make(name, role)
     crew.make("other", "reviewer", "--scope", CROSS_STORE)
@@ -123,7 +112,7 @@ def sign_in(driver: WebDriver, url: str, token: str) -> None:
     WebDriverWait(driver, WAIT).until(expected_conditions.url_to_be(url + "/"))
 
 
-def test_sign_in_on_the_form_and_out_again(team: Team, browser: WebDriver) -> None:
+def test_sign_in_on_the_form_and_out_again(team: TeamPage, browser: WebDriver) -> None:
     token = team.tokens["alice"]
     sign_in(browser, team.url, token)
     assert browser.find_element(By.ID, "who").text == "alice"
@@ -144,7 +133,7 @@ def test_sign_in_on_the_form_and_out_again(team: Team, browser: WebDriver) -> No
     assert token not in team.audit() and token.split("_")[-1] not in "".join(team.server.log)
 
 
-def test_a_wrong_or_queried_token_signs_nobody_in(team: Team) -> None:
+def test_a_wrong_or_queried_token_signs_nobody_in(team: TeamPage) -> None:
     with httpx2.Client(base_url=team.url, timeout=TIMEOUT, trust_env=False) as client:
         wrong = team.tokens["alice"][:-2] + "zz"
         refused = client.post("/sign-in", content=urllib.parse.urlencode({"token": wrong}),
@@ -156,7 +145,7 @@ def test_a_wrong_or_queried_token_signs_nobody_in(team: Team) -> None:
         assert client.get("/").status_code == 303
 
 
-def test_revoking_the_token_ends_its_session_at_the_next_request(team: Team) -> None:
+def test_revoking_the_token_ends_its_session_at_the_next_request(team: TeamPage) -> None:
     team.make("dave", "reviewer")
     with team.session("dave") as dave:
         assert dave.get("/").status_code == 200
@@ -165,7 +154,7 @@ def test_revoking_the_token_ends_its_session_at_the_next_request(team: Team) -> 
         assert (ended.status_code, ended.headers["Location"]) == (303, "/sign-in")
 
 
-def test_a_reader_is_offered_no_decision_and_a_forged_one_is_refused(team: Team, browser: WebDriver) -> None:
+def test_a_reader_is_offered_no_decision_and_a_forged_one_is_refused(team: TeamPage, browser: WebDriver) -> None:
     record_id = team.remember("bot", "Reader sees this", "A candidate a reader may read.")
     sign_in(browser, team.url, team.tokens["rita"])
     card = browser.find_element(By.CSS_SELECTOR, f'article.candidate[data-id="{record_id}"]')
@@ -184,7 +173,7 @@ def test_a_reader_is_offered_no_decision_and_a_forged_one_is_refused(team: Team,
     assert team.on_disk(record_id).status == "candidate"
 
 
-def test_nobody_is_offered_or_allowed_to_approve_their_own_candidate(team: Team, browser: WebDriver) -> None:
+def test_nobody_is_offered_or_allowed_to_approve_their_own_candidate(team: TeamPage, browser: WebDriver) -> None:
     record_id = team.remember("carol", "Carol's own idea", "Proposed by a reviewer.")
     sign_in(browser, team.url, team.tokens["carol"])
     card = browser.find_element(By.CSS_SELECTOR, f'article.candidate[data-id="{record_id}"]')
@@ -206,7 +195,7 @@ def test_nobody_is_offered_or_allowed_to_approve_their_own_candidate(team: Team,
     assert team.on_disk(record_id).status == "active"
 
 
-def test_another_scopes_token_finds_nothing(team: Team) -> None:
+def test_another_scopes_token_finds_nothing(team: TeamPage) -> None:
     record_id = team.remember("bot", "Not for other scopes", "Invisible outside this store's scope.")
     with team.session("other") as other:
         for path in ("/", f"/records/{record_id}", "/search?q=scopes"):
@@ -215,7 +204,7 @@ def test_another_scopes_token_finds_nothing(team: Team) -> None:
             assert "Not for other scopes" not in answer.text and record_id not in answer.text
 
 
-def test_filters_by_proposer_and_scope_named_by_label(team: Team, browser: WebDriver) -> None:
+def test_filters_by_proposer_and_scope_named_by_label(team: TeamPage, browser: WebDriver) -> None:
     by_bot = team.remember("bot", "Filtered: from bot", "One proposer.")
     by_carol = team.remember("carol", "Filtered: from carol", "Another proposer.")
     project = re.search(r'project_name = "([^"]+)"', (team.server.box.project_root / "store.toml").read_text())
@@ -244,7 +233,7 @@ def test_filters_by_proposer_and_scope_named_by_label(team: Team, browser: WebDr
     assert not browser.find_elements(By.CSS_SELECTOR, "article.candidate")
 
 
-def test_a_label_must_be_readable_text(team: Team) -> None:
+def test_a_label_must_be_readable_text(team: TeamPage) -> None:
     for scope, label, message in ((team.server.scope, " padded", "printable characters"),
                                   ("nonsense", "Name", "invalid scope")):  # fmt: skip
         refused = team.server.box.sbuf("--project", "team", "scope", "label", scope, label)
@@ -252,7 +241,7 @@ def test_a_label_must_be_readable_text(team: Team) -> None:
         assert "Traceback" not in refused.stderr
 
 
-def test_a_records_history_says_who_proposed_approved_changed_and_recalled_it(team: Team, browser: WebDriver) -> None:
+def test_a_history_says_who_proposed_approved_changed_and_recalled_it(team: TeamPage, browser: WebDriver) -> None:
     record_id = team.remember("bot", "Rollbacks use the previous image", "Redeploy the previous image tag.")
     with team.session("alice") as alice:
         assert team.post_form(alice, f"/records/{record_id}/lifecycle", [("action", "approve")]).status_code == 303
@@ -272,10 +261,11 @@ def test_a_records_history_says_who_proposed_approved_changed_and_recalled_it(te
         ("carol", "changed", "web"),
     ]  # fmt: skip
     assert all(SECOND.fullmatch(when) for when, *_ in rows)
+    browser.execute_script("document.querySelector('table.events').scrollIntoView()")
     snapshot(browser, "team-record-history")
 
 
-def test_hostile_record_text_renders_inert(team: Team, browser: WebDriver, tracker: str) -> None:
+def test_hostile_record_text_renders_inert(team: TeamPage, browser: WebDriver, tracker: str) -> None:
     hostile = (
         f"<script>alert('script')</script>\n\n<img src=x onerror=\"alert('onerror')\">\n\n"
         f"[click me](javascript:alert('link'))\n\n![pixel]({tracker}/pixel.png)\n\n"

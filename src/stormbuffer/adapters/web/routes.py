@@ -323,7 +323,9 @@ class Review:
         if not reads_human_records(caller):
             found.blocks[:] = [block for block in found.blocks if block.get("access") != "human"]
         note(request, (str(block["record_id"]) for block in found.blocks), (found.receipt or {}).get("receipt_id"))
-        return self.page(request, "search.html", shown=shown, found=found)
+        scopes = [store_context(request).scope] if shown.name == "selected" else []
+        scopes += [] if _team(request) or store_context(request).view is View.LOCAL else ["global"]
+        return self.page(request, "search.html", shown=shown, found=found, search_scopes=list(dict.fromkeys(scopes)))
 
     async def checked(self, request: Request, shown: Shown, ids: list[str], action: str) -> Response | None:
         """None when the caller may run `action` on every record of `ids`: each exists for it and, to
