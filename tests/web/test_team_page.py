@@ -197,11 +197,14 @@ def test_nobody_is_offered_or_allowed_to_approve_their_own_candidate(team: TeamP
 
 def test_another_scopes_token_finds_nothing(team: TeamPage) -> None:
     record_id = team.remember("bot", "Not for other scopes", "Invisible outside this store's scope.")
+    project = re.search(r'project_name = "([^"]+)"', (team.server.box.project_root / "store.toml").read_text())
+    assert project is not None
     with team.session("other") as other:
-        for path in ("/", f"/records/{record_id}", "/search?q=scopes"):
+        for path in ("/", f"/records/{record_id}", "/search?q=scopes", "/health"):
             answer = other.get(path)
             assert answer.status_code == 404, (path, answer.text)
-            assert "Not for other scopes" not in answer.text and record_id not in answer.text
+            for secret in ("Not for other scopes", record_id, project.group(1), "Payments team"):
+                assert secret not in answer.text, (path, secret)
 
 
 def test_filters_by_proposer_and_scope_named_by_label(team: TeamPage, browser: WebDriver) -> None:

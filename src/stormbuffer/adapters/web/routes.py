@@ -116,7 +116,7 @@ class Review:
             caller=caller,
             may=lambda operation, record=None: caller is not None and may(caller, operation, context.scope, record),
             scope_name=_scope_names(shown.paths),
-            store_scope=context.scope,
+            store_scope=context.scope if caller is not None and may(caller, "get", context.scope) else None,
             notice=NOTICES.get(request.query_params.get("done", "")),
             kinds=KINDS,
             statuses=STATUSES,
