@@ -313,3 +313,28 @@ def test_under_tls_the_cookie_is_secure(tmp_path: Path) -> None:
         driver.quit()
         process.terminate()
         assert process.wait(timeout=TIMEOUT) == 0
+
+
+def test_records_meant_for_people_exist_for_reviewers_only(team: TeamPage) -> None:
+    record_id = "01900000-0000-7000-8000-0000000000a1"
+    team.server.write(record_id, title="For people only", status="candidate", access="human")
+    with team.session("rita") as rita, team.session("alice") as alice:
+        assert "For people only" not in rita.get("/").text
+        assert rita.get(f"/records/{record_id}").status_code == 404
+        assert rita.get("/health").status_code == 403
+        assert "For people only" in alice.get("/").text
+        assert alice.get(f"/records/{record_id}").status_code == 200
+
+
+def test_a_forms_token_belongs_to_its_session(team: TeamPage) -> None:
+    record_id = team.remember("bot", "Decided with the right form only", "A candidate.")
+    with team.session("alice") as alice, team.session("carol") as carol:
+        found = re.search(r'name="csrf" value="([^"]+)"', alice.get("/").text)
+        assert found is not None
+        form = urllib.parse.urlencode([("csrf", found.group(1)), ("action", "reject")])
+        borrowed = carol.post(f"/records/{record_id}/lifecycle", headers={"Origin": team.url, "Content-Type": FORM},
+                              content=form)  # fmt: skip
+        assert borrowed.status_code == 403
+        assert team.on_disk(record_id).status == "candidate"
+        assert team.post_form(carol, f"/records/{record_id}/lifecycle", [("action", "reject")]).status_code == 303
+    assert team.on_disk(record_id).status == "archived"
