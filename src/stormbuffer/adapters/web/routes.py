@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from stormbuffer.auth import Principal, Refused, authorize, reads_human_records
 from stormbuffer.auth.credential import same_token
 from stormbuffer.auth.labels import ScopeNames
+from stormbuffer.auth.tokens import TeamTokens
 from stormbuffer.core.errors import Conflict, InvalidInput, MutationBusy, NotFound, StormbufferError
 from stormbuffer.core.ids import parse_record_id
 from stormbuffer.core.records import KINDS, STATUSES, Record
@@ -513,7 +514,7 @@ class Review:
             return None
 
 
-def _team(request: Request) -> Any:
+def _team(request: Request) -> TeamTokens | None:
     """The team tokens of a team server; None on the loopback server of one user."""
     credentials: Credentials = request.app.state.credentials
     return credentials.team
