@@ -36,7 +36,7 @@ docs:
 
 # Copy the review page's latest test screenshots (build/screenshots/) into docs/web/.
 screenshots:
-    for name in inbox inbox-update-diff search-results edit-conflict; do cp build/screenshots/$name.png docs/web/; done
+    for name in inbox inbox-update-diff search-results edit-conflict team-inbox-filtered team-record-history; do cp build/screenshots/$name.png docs/web/; done
     cp build/screenshots/test_a_hostile_record_renders_inert.png docs/web/hostile-record.png
     cp build/screenshots/test_narrow_screen_and_health.png docs/web/health-360px.png
 

@@ -6,8 +6,10 @@ Each test saves a screenshot under `build/screenshots/` (the pictures in docs/we
 from __future__ import annotations
 
 import functools
+import http.server
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -117,9 +119,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> I
     process.wait(timeout=10)
 
 
-def chromium(*, javascript: bool = True) -> WebDriver:
-    """Headless Chromium; it reaches nothing but loopback (no background networking, no updates)."""
+def chromium(*, javascript: bool = True, insecure_certs: bool = False) -> WebDriver:
+    """Headless Chromium; it reaches nothing but loopback (no background networking, no updates);
+    `insecure_certs` accepts a test's self-signed TLS certificate."""
     options = webdriver.ChromeOptions()
+    options.accept_insecure_certs = insecure_certs
     options.binary_location = program("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -206,3 +210,28 @@ def agent_update(server: Server, title: str, old_body: str, new_body: str) -> tu
     )  # fmt: skip
     assert updated["result"]["outcome"] == "requires_approval", updated
     return old_id, updated["result"]["record_id"]
+
+
+class Tracker(http.server.BaseHTTPRequestHandler):
+    """Counts every request a page sends it: an inert page sends none."""
+
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        Tracker.hits.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def tracker() -> Iterator[str]:
+    """A loopback server that counts every request a page might send it."""
+    Tracker.hits = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tracker)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import html
-import http.server
 import re
-import threading
 import urllib.parse
-from collections.abc import Iterator
 
 import pytest
 from selenium.common.exceptions import NoAlertPresentException
@@ -17,7 +14,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from .conftest import Server, agent_update, chromium, fetch, sign_in, snapshot
+from .conftest import Server, Tracker, agent_update, chromium, fetch, sign_in, snapshot
 
 pytestmark = pytest.mark.usefixtures("shot")
 WAIT = 20
@@ -179,29 +176,6 @@ def test_search_and_open_a_hit(browser: WebDriver, server: Server) -> None:
     assert "Apply schema migrations" in browser.find_element(By.CSS_SELECTOR, ".record .body").text
 
 
-class _Tracker(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-        _Tracker.hits.append(self.path)
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def tracker() -> Iterator[str]:
-    """A loopback server that counts every request a page might send it."""
-    _Tracker.hits = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Tracker)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
 def test_a_hostile_record_renders_inert(browser: WebDriver, server: Server, tracker: str) -> None:
     hostile = (
         f"<script>alert('script')</script>\n\n<img src=x onerror=\"alert('onerror')\">\n\n"
@@ -218,7 +192,7 @@ def test_a_hostile_record_renders_inert(browser: WebDriver, server: Server, trac
     page = browser.find_element(By.TAG_NAME, "main").text
     assert "<script>alert('script')</script>" in page  # shown as text, never run
     assert not browser.find_elements(By.CSS_SELECTOR, "main script, main img, main iframe, main [onerror]")
-    assert _Tracker.hits == []
+    assert Tracker.hits == []
 
 
 def test_a_form_post_without_the_csrf_token_is_refused(server: Server) -> None:

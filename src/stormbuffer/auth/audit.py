@@ -70,6 +70,8 @@ class AuditTrail:
             return
         with handle:
             for line in handle:
+                if wanted.record is not None and wanted.record not in line:
+                    continue  # cheaper than parsing every entry to look for one record
                 try:
                     entry = json.loads(line)
                 except ValueError:

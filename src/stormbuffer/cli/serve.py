@@ -6,9 +6,10 @@ standard output (the log on standard error never holds it).
 
 With `--team`, every request needs one of the store's team tokens instead (`sbuf team token`), on
 loopback too; the selected store is served alone (the project view's global store is not), MCP over
-Streamable HTTP is served at `/mcp` beside the API, and the review page is not served. A team server
-may bind a non-loopback address only over TLS (`--tls-cert`, `--tls-key`) or behind an HTTPS reverse
-proxy (`--behind-proxy IP`); plain HTTP there is refused before anything is bound."""
+Streamable HTTP is served at `/mcp` beside the API, and the review page takes a team token on its
+sign-in form. A team server may bind a non-loopback address only over TLS (`--tls-cert`,
+`--tls-key`) or behind an HTTPS reverse proxy (`--behind-proxy IP`); plain HTTP there is refused
+before anything is bound."""
 
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             )
         from ..adapters.http import Credentials
         from ..adapters.http.server import loopback_server
+        from ..adapters.web import routes
 
         log_to_stderr()
         shown = display_address(*sock.getsockname()[:2])
@@ -107,10 +109,9 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
 
             url = f"{'https' if tls else 'http'}://{shown}"
             click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
-            loopback_server(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy).run([sock])
+            team_credentials = Credentials.for_team(TeamTokens(store.selected))
+            loopback_server(store, sock, team_credentials, routes(), tls, proxy).run([sock])
             return
-        from ..adapters.web import routes
-
         click.echo(f"Review page: http://{shown}/sign-in?token={token}")
         loopback_server(store, sock, Credentials(token), routes()).run([sock])
     finally:

@@ -1,5 +1,6 @@
-"""`sbuf [view] team token create|list|revoke` and `sbuf [view] team audit`: the principals of a
-team server (`sbuf serve --team`) and what they did.
+"""`sbuf [view] team token create|list|revoke`, `sbuf [view] team scope label|list` and `sbuf [view]
+team audit`: the principals of a team server (`sbuf serve --team`), the names of its scopes, and
+what they did.
 
 Tokens and the audit trail live with the selected store (`auth.tokens`, `auth.audit`); `create`
 prints the token once, as its last line of output, and nothing keeps it but a hash.
@@ -92,6 +93,38 @@ def revoke(name: str) -> None:
     except TokenError as exc:
         fail(str(exc))
     click.echo(f"Revoked {name}.")
+
+
+@team.group("scope", help="Name the record scopes of the selected store's team for people.")
+def scope() -> None:
+    pass
+
+
+@scope.command("label", help="Show SCOPE (`global`, `project:<uuid>`) as LABEL on the review page.")
+@click.argument("scope_name", metavar="SCOPE")
+@click.argument("label")
+def label(scope_name: str, label: str) -> None:
+    from ..auth.labels import LabelError, ScopeLabels
+
+    try:
+        ScopeLabels(_tokens().paths).set(scope_name, label)
+    except ValueError as exc:
+        fail(f"invalid scope: {exc}")
+    except LabelError as exc:
+        fail(str(exc))
+    click.echo(f"{scope_name} is shown as {label}.")
+
+
+@scope.command("list", help="The scope labels of the selected store's team.")
+def list_labels() -> None:
+    from ..auth.labels import LabelError, ScopeLabels
+
+    try:
+        labels = ScopeLabels(_tokens().paths).read()
+    except LabelError as exc:
+        fail(str(exc))
+    for scope_name, text in labels.items():
+        click.echo(f"{scope_name}  {text}")
 
 
 def _entries() -> list[TeamToken]:

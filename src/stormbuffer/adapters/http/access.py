@@ -6,12 +6,14 @@
   `sbuf serve` prints) or the sign-in form: HttpOnly, SameSite=Strict, valid while this server
   process runs. Its holder is the person signed in (`kind` "person").
 - A team server (`sbuf serve --team`) takes the store's team tokens instead (`auth.tokens`), and
-  nothing else: each names its principal, a program with the token's role and scopes.
+  nothing else: each names its principal, a program with the token's role and scopes. Its review
+  page also takes the session cookie that signing in with a team token sets (`auth.sessions`),
+  bound to that token: revoking the token ends the session.
 - `/openapi.json`, `/static/…`, `/sign-in` and the team server's Protected Resource Metadata
   (RFC 9728, `/.well-known/oauth-protected-resource`) need neither (they hold no record). Anything
   else without a valid credential is 401: `unauthorized` with `WWW-Authenticate: Bearer` under
-  `/v1/` (on a team server everywhere, naming the metadata), a redirect to the sign-in page
-  elsewhere. Tokens are compared in constant time and never logged.
+  `/v1/` (on a team server under `/mcp` and wherever a token was sent too, naming the metadata),
+  a redirect to the sign-in page elsewhere. Tokens are compared in constant time and never logged.
 
 A route then calls `allow(request, operation)` before any work: `authorize` of the principal for
 that operation on the served store's scope (403 `permission_denied` when refused, 404 `not_found`
@@ -36,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormbuffer.auth import Principal, Refused, authorize, local_user
 from stormbuffer.auth.credential import same_token
+from stormbuffer.auth.sessions import TeamSessions
 from stormbuffer.auth.tokens import TeamTokens, TokenError
 from stormbuffer.core.records import Record
 from stormbuffer.protocol import fields
@@ -45,6 +48,7 @@ from .context import store_context
 from .errors import ApiError, error_response, json_response
 
 SIGN_IN = "/sign-in"
+API_PREFIXES = ("/v1/", "/mcp", "/.well-known/")  # for programs: a browser's cookie is not their credential
 RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
 PUBLIC_PATHS = frozenset({"/openapi.json", SIGN_IN, RESOURCE_METADATA})
 PUBLIC_PREFIXES = ("/static/",)
@@ -63,11 +67,13 @@ class Credentials:
     program: Principal = field(default_factory=lambda: local_user("program"))  # who holds the token
     person: Principal = field(default_factory=lambda: local_user("person"))  # who holds the session
     team: TeamTokens | None = None
+    sessions: TeamSessions | None = None  # a team server's review-page sessions
 
     @classmethod
     def for_team(cls, tokens: TeamTokens) -> Credentials:
-        """A team server's: the store's team tokens, and no local token or session (never shown)."""
-        return cls(secrets.token_urlsafe(32), team=tokens)
+        """A team server's: the store's team tokens and the sessions they open, and no local token or
+        session (never shown)."""
+        return cls(secrets.token_urlsafe(32), team=tokens, sessions=TeamSessions(tokens))
 
     def cookie_name(self, port: int | None) -> str:
         """Cookies are shared by every port of a host: the port keeps two servers' sessions apart."""
@@ -76,19 +82,28 @@ class Credentials:
     def principal(self, scope: Scope) -> Principal | None:
         headers = Headers(scope=scope)
         scheme, _, given = headers.get("authorization", "").partition(" ")
-        if self.team is not None:
+        if self.team is not None and "authorization" in headers:
             return self._team_principal(given.strip() if scheme.lower() == "bearer" else "")
-        if scheme.lower() == "bearer" and given and same_token(given.strip(), self.token):
+        if self.team is None and scheme.lower() == "bearer" and given and same_token(given.strip(), self.token):
             return self.program
-        if scope["path"].startswith("/v1/"):
-            return None  # the API is for programs: a browser's cookie is not its credential
+        if scope["path"].startswith(API_PREFIXES):
+            return None
+        session = self.session_of(scope)
+        if session is None:
+            return None
+        if self.sessions is not None:
+            return self.sessions.principal(session)
+        return self.person if self.team is None and same_token(session, self.session) else None
+
+    def session_of(self, scope: Scope) -> str | None:
+        """The session id the request's cookie carries, if any."""
         cookie = SimpleCookie()
         try:
-            cookie.load(headers.get("cookie", ""))
+            cookie.load(Headers(scope=scope).get("cookie", ""))
         except Exception:  # a malformed Cookie header is no credential
             return None
         found = cookie.get(self.cookie_name(_port(scope)))
-        return self.person if found is not None and same_token(found.value, self.session) else None
+        return found.value if found is not None else None
 
     def _team_principal(self, given: str) -> Principal | None:
         assert self.team is not None
@@ -131,7 +146,8 @@ class Authenticate:
         path = scope["path"]
         principal = self.credentials.principal(scope)
         if principal is None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
-            if self.credentials.team is not None or path.startswith("/v1/"):
+            team = self.credentials.team is not None
+            if path.startswith(API_PREFIXES) or (team and "authorization" in Headers(scope=scope)):
                 message = UNAUTHORIZED if self.credentials.team is None else TEAM_UNAUTHORIZED
                 challenge = {"WWW-Authenticate": self.credentials.challenge(scope)}
                 refusal = error_response(401, "unauthorized", message, challenge)

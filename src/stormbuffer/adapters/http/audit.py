@@ -1,4 +1,5 @@
-"""The team server's audit entries: one per request under `/v1/`, refusals included, and one per
+"""The team server's audit entries: one per request under `/v1/` and per review-page request (door
+`web`; signing in included, static files and the sign-in form not), refusals included, and one per
 MCP request refused before the MCP server (which appends one per tool call or resource read).
 
 `AuditRequests` (ASGI middleware, inside the security checks and around the credential check)
@@ -24,6 +25,8 @@ from stormbuffer.auth.audit import AuditTrail
 logger = logging.getLogger("stormbuffer.http")
 MCP_PATH = "/mcp"
 MAX_NAMED = 64  # characters of a record id named in the path that the entry keeps
+UNAUDITED_PREFIXES = ("/static/", "/.well-known/")  # hold no record
+UNAUDITED = frozenset({("/openapi.json", "GET"), ("/sign-in", "GET"), ("/favicon.ico", "GET")})
 
 
 def note(request: Request, records: Iterable[str] = (), receipt: str | None = None) -> None:
@@ -102,11 +105,14 @@ class AuditRequests:
 
     @staticmethod
     def _audited(scope: Scope) -> bool:
-        return scope["path"].startswith("/v1/") or scope["path"] == MCP_PATH
+        path = scope["path"]
+        if path.startswith(("/v1/", MCP_PATH)):
+            return True
+        return not path.startswith(UNAUDITED_PREFIXES) and (path, scope["method"]) not in UNAUDITED
 
     def _append(self, scope: Scope, status: int) -> None:
         state = scope.get("state", {})
-        door = "mcp" if scope["path"] == MCP_PATH else "http"
+        door = "mcp" if scope["path"] == MCP_PATH else "http" if scope["path"].startswith("/v1/") else "web"
         if door == "mcp" and state.get("principal") is not None:
             return  # the MCP server audits each call it answers
         named = scope.get("path_params", {}).get("id")

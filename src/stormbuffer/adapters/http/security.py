@@ -4,7 +4,8 @@
   without the server's port) is refused (403 `host_not_allowed`).
 - Cross-site requests from a browser: a state-changing request (anything but GET, HEAD, OPTIONS)
   may carry only the server's own `Origin`, scheme, host and port exactly (`http://127.0.0.1:7342`
-  or `http://localhost:7342`), and a `Sec-Fetch-Site` of `same-origin` or `none`; anything else,
+  or `http://localhost:7342`; `https://…` over TLS), and a `Sec-Fetch-Site` of `same-origin` or
+  `none`; anything else,
   `Origin: null` and `same-site` included, is 403 `origin_not_allowed`. It must say
   `Content-Type: application/json` (415 `unsupported_media_type`), which a page cannot send to
   another origin without a CORS preflight that this server never answers. The one exception: a
@@ -68,7 +69,7 @@ class LoopbackGuard:
         if scope["method"] in SAFE_METHODS:
             return None
         origins = headers.getlist("origin")
-        if origins and (len(origins) > 1 or origins[0].lower() not in self._origins(port)):
+        if origins and (len(origins) > 1 or origins[0].lower() not in self._origins(scope.get("scheme", "http"), port)):
             return 403, "origin_not_allowed", "cross-origin requests are refused"
         if headers.get("sec-fetch-site", "none").lower() not in ("same-origin", "none"):
             return 403, "origin_not_allowed", "cross-origin requests are refused"
@@ -85,6 +86,8 @@ class LoopbackGuard:
         with_port = (f"{name}:{port}" for name in self.names) if port else ()
         return frozenset((*self.names, *with_port))
 
-    def _origins(self, port: int | None) -> frozenset[str]:
-        """This server's own origins: scheme, host and port exactly (a browser leaves out port 80 only)."""
-        return frozenset(f"http://{name}" + ("" if port == 80 else f":{port}") for name in self.names)
+    def _origins(self, scheme: str, port: int | None) -> frozenset[str]:
+        """This server's own origins: scheme, host and port exactly (a browser leaves out the scheme's
+        default port only)."""
+        default = 443 if scheme == "https" else 80
+        return frozenset(f"{scheme}://{name}" + ("" if port == default else f":{port}") for name in self.names)

@@ -24,6 +24,16 @@ class InboxItem:
     replaces: Record | None  # the record an update candidate would supersede
     diff: list[DiffRow] = field(default_factory=list)
 
+    @property
+    def proposers(self) -> list[str]:
+        return proposers(self.record)
+
+
+def proposers(record: Record) -> list[str]:
+    """Who wrote a record: the actors of its sources (on a team server, the authenticated token names),
+    each once, in order."""
+    return list(dict.fromkeys(source.actor for source in record.sources))
+
 
 def _by_id(stored: list[StoredRecord]) -> dict[str, Record]:
     return {item.record.id: item.record for item in stored}
@@ -154,3 +164,37 @@ def health(paths: StorePaths, sbuf: str) -> Health:
     findings = review.findings(stored_records, 30, sbuf, Timestamp.now())
     return Health(findings, list(doctor_store(paths).issues), counts, describe(paths)["vectors_pending"],
                   reclaimable_bytes(paths))  # fmt: skip
+
+
+# audit operation -> what the record's history says happened
+HISTORY_VERBS = {
+    "remember": "proposed", "propose": "proposed", "update": "proposed an update", "add": "created",
+    "approve": "approved", "reject": "rejected", "edit": "changed", "archive": "archived",
+    "restore": "restored", "recall": "recalled", "search": "found in a search", "get": "read",
+    "resources": "read",
+}  # fmt: skip
+MAX_HISTORY = 200
+
+
+@dataclass(frozen=True)
+class Event:
+    at: str  # RFC 3339 UTC, to the second
+    who: str
+    verb: str
+    door: str
+
+
+def history(paths: StorePaths, record_id: str) -> list[Event]:
+    """What the audit trail says was done with a record, oldest first (the latest `MAX_HISTORY`):
+    who proposed, approved, changed, recalled or read it through a program. Refusals and the review
+    page's own views are left out (`sbuf team audit --record` lists every entry)."""
+    from stormbuffer.auth.audit import AuditTrail, Filter
+
+    events: list[Event] = []
+    for entry in AuditTrail(paths).entries(Filter(record=record_id)):
+        verb = HISTORY_VERBS.get(str(entry.get("operation")))
+        status, door = entry.get("status"), str(entry.get("door"))
+        if verb is None or not isinstance(status, int) or status >= 400 or (door == "web" and verb == "read"):
+            continue
+        events.append(Event(str(entry.get("at")), str(entry.get("who")), verb, door))
+    return events[-MAX_HISTORY:]

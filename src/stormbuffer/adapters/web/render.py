@@ -12,6 +12,8 @@ from markupsafe import Markup
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
+    from stormbuffer.core.timestamps import Timestamp
+
 
 @cache
 def _markdown() -> MarkdownIt:
@@ -25,6 +27,12 @@ def _markdown() -> MarkdownIt:
 def markdown(text: str) -> Markup:
     """Record text rendered as inert HTML."""
     return Markup(_markdown().render(text))  # noqa: S704 - raw HTML is escaped by the renderer
+
+
+def to_second(stamp: Timestamp) -> str:
+    """A time as the page shows it: RFC 3339 to the second, its offset kept."""
+    head, dot, rest = stamp.render().partition(".")
+    return head + rest.lstrip("0123456789") if dot else head
 
 
 @dataclass(frozen=True)

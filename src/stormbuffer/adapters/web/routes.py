@@ -1,11 +1,15 @@
 """The review page's routes: pages read on worker threads, forms that change records through the core.
 
 Only a signed-in person (or a holder of the token) gets past the HTTP app's credential check; the
-sign-in page sets the session cookie. Each route asks `allow` for its operation first. Every page
-carries a Content-Security-Policy without inline scripts; every form carries the server's CSRF
-token as its first field, checked before the rest of the body is parsed, and the body is read
-through the API's size and time bounds (the HTTP app's Host and Origin checks apply as well).
-Record text is untrusted: templates escape it, and Markdown renders inert.
+sign-in page sets the session cookie. On a team server (`sbuf serve --team`) the form takes a team
+token and opens a session bound to it (`auth.sessions`), sign-out ends it, and the page shows only
+what the token's role and scopes allow. Each route asks `allow` for its operation first (approving
+with the candidate's proposers, whom four eyes keep from approving it), and each page shows only the
+actions `authorize` would let its caller run. Every page carries a Content-Security-Policy without
+inline scripts; every form carries a CSRF token (the server's, on a team server one per session)
+as its first field, checked before the rest of the body is parsed, and the body is read through the
+API's size and time bounds (the HTTP app's Host and Origin checks apply as well). Record text is
+untrusted: templates escape it, and Markdown renders inert.
 """
 
 from __future__ import annotations
@@ -27,21 +31,24 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stormbuffer.auth import Principal
+from stormbuffer.auth import Principal, Refused, authorize, reads_human_records
 from stormbuffer.auth.credential import same_token
+from stormbuffer.auth.labels import ScopeNames
+from stormbuffer.auth.tokens import TeamTokens
 from stormbuffer.core.errors import Conflict, InvalidInput, MutationBusy, NotFound, StormbufferError
 from stormbuffer.core.ids import parse_record_id
-from stormbuffer.core.records import KINDS, STATUSES
+from stormbuffer.core.records import KINDS, STATUSES, Record
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import StorePaths, View, global_store
 from stormbuffer.core.timestamps import Timestamp, later_of
 
 from ..http import Credentials, bodies, store_context
 from ..http.access import SIGN_IN, allow, guard_write
+from ..http.audit import note
 from ..http.errors import ApiError
 from ..http.records import etag
 from . import pages
-from .render import markdown, side_by_side
+from .render import markdown, side_by_side, to_second
 
 HERE = Path(__file__).parent
 CSP = (
@@ -57,6 +64,7 @@ NOTICES = {  # fixed texts for the message after a form: nothing the request car
     "none": "Nothing was selected.",
 }
 MAX_FIELDS = 1000  # a bulk decision ticks at most this many candidates
+SIGN_OUT = "/sign-out"
 DECISIONS = {"approve": "approved", "reject": "rejected", "archive": "archived", "restore": "restored"}
 
 
@@ -79,12 +87,13 @@ class Review:
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True)
         )
         self.templates.filters["markdown"] = markdown
+        self.templates.filters["second"] = to_second
 
     # ---- plumbing ---------------------------------------------------------------------------------
 
     def shown(self, request: Request) -> Shown:
         context = store_context(request)
-        if request.query_params.get("store") == "global" and context.view is not View.GLOBAL:
+        if _team(request) is None and request.query_params.get("store") == "global" and context.view is not View.GLOBAL:
             glob = global_store(context.session.dirs)
             if glob.is_initialized():
                 return Shown("global", glob)
@@ -93,13 +102,22 @@ class Review:
     def page(self, request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:
         context = store_context(request)
         shown = values.pop("shown", None) or self.shown(request)
+        team = _team(request) is not None
+        caller: Principal | None = getattr(request.state, "principal", None)
+        dirs = context.session.dirs
+        has_global = not team and context.view is not View.GLOBAL and global_store(dirs).is_initialized()
         body = self.templates.get_template(template).render(
-            csrf=self.csrf,
+            csrf=self.csrf_of(request),
             script_integrity=self.script_integrity,
             shown=shown,
             store_query="?store=global" if shown.name == "global" else "",
             view=context.view.value,
-            has_global=context.view is not View.GLOBAL and global_store(context.session.dirs).is_initialized(),
+            has_global=has_global,
+            team=team,
+            caller=caller,
+            may=lambda operation, record=None: caller is not None and may(caller, operation, context.scope, record),
+            scope_name=_scope_names(shown.paths),
+            store_scope=context.scope if caller is not None and may(caller, "get", context.scope) else None,
             notice=NOTICES.get(request.query_params.get("done", "")),
             kinds=KINDS,
             statuses=STATUSES,
@@ -115,53 +133,86 @@ class Review:
     def problem(self, request: Request, status: int, message: str) -> HTMLResponse:
         return self.page(request, "problem.html", status=status, message=message)
 
+    def csrf_of(self, request: Request) -> str:
+        """The CSRF token of the request's forms: the server's, on a team server one per session."""
+        session = request.app.state.credentials.session_of(request.scope) if _team(request) else None
+        if session is None:
+            return self.csrf
+        return hmac.new(self.csrf.encode("ascii"), session.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+
     async def form(self, request: Request) -> FormData | None:
-        """The posted form, or None when its first field is not this server's CSRF token; the body is
+        """The posted form, or None when its first field is not the request's CSRF token; the body is
         read through the API's bounds (413, 408) and parsed only once the token matched."""
         data = await bodies.read(request)
         first, _, rest = data.partition(b"&")
-        if not hmac.compare_digest(first, b"csrf=" + self.csrf.encode("ascii")):
+        if not hmac.compare_digest(first, b"csrf=" + self.csrf_of(request).encode("ascii")):
             return None
         return _parsed(rest)
 
-    def allowed(self, request: Request, operation: str) -> Principal | None:
-        """The caller when it may run `operation` here, else None (the page says so)."""
+    def allowed(self, request: Request, operation: str, record: Record | None = None) -> Principal | None:
+        """The caller when it may run `operation` here (on `record`: approving asks with its
+        proposers), else None (`refused` then answers as `authorize` said)."""
         try:
-            return allow(request, operation)
-        except ApiError:
+            return allow(request, operation, pages.proposers(record) if record is not None else ())
+        except ApiError as exc:
+            request.state.refusal = exc.status
             return None
 
-    def sign_in_page(self, status: int, message: str = "") -> HTMLResponse:
-        body = self.templates.get_template("sign-in.html").render(message=message)
+    def sign_in_page(self, request: Request, status: int, message: str = "") -> HTMLResponse:
+        body = self.templates.get_template("sign-in.html").render(message=message, team=_team(request) is not None)
         response = HTMLResponse(body, status_code=status)
         response.headers["Content-Security-Policy"] = CSP
         response.headers["Referrer-Policy"] = "same-origin"  # "no-referrer" would make its form's Origin null
         return response
 
     def signed_in(self, request: Request, token: str) -> Response:
-        """Into the inbox with the session cookie when `token` is the user's; the sign-in page otherwise."""
+        """Into the inbox with the session cookie when `token` is the user's (on a team server, an
+        active team token: the session is bound to it); the sign-in page otherwise. The cookie is
+        HttpOnly, SameSite=Strict, and Secure when the page came over HTTPS."""
         credentials: Credentials = request.app.state.credentials
-        if not same_token(token, credentials.token):
-            return self.sign_in_page(401, "That is not the token of this server's user.")
+        request.state.operation = "sign-in"  # for a team server's audit entry
+        if credentials.sessions is not None:
+            opened = credentials.sessions.open(token)
+            if opened is None:
+                return self.sign_in_page(request, 401, "That is not an active team token of this server.")
+            session, request.state.principal = opened
+        elif same_token(token, credentials.token):
+            session = credentials.session
+        else:
+            return self.sign_in_page(request, 401, "That is not the token of this server's user.")
         response = RedirectResponse("/", status_code=303)
-        port = request.scope["server"][1] if request.scope.get("server") else None
-        response.set_cookie(credentials.cookie_name(port), credentials.session, httponly=True, samesite="strict",
-                            path="/")  # fmt: skip
+        response.set_cookie(credentials.cookie_name(_port(request)), session, httponly=True, samesite="strict",
+                            path="/", secure=request.url.scheme == "https")  # fmt: skip
         return response
 
     # ---- signing in -------------------------------------------------------------------------------
 
     async def sign_in_form(self, request: Request) -> Response:
         token = request.query_params.get("token")
-        if token is not None:
+        if token is not None and _team(request) is None:  # a team token is only taken from the form
             return self.signed_in(request, token)
         if request.state.principal is not None:  # signed in already
             return RedirectResponse("/", status_code=303)
-        return self.sign_in_page(401)
+        return self.sign_in_page(request, 401)
 
     async def sign_in(self, request: Request) -> Response:
         token = _parsed(await bodies.read(request)).get("token")
         return self.signed_in(request, token if isinstance(token, str) else "")
+
+    async def sign_out(self, request: Request) -> Response:
+        """End a team server's session (its token stays valid) and forget the cookie."""
+        form = await self.form(request)
+        if form is None:
+            return self.problem(request, 403, "This form has expired; reload the page and try again.")
+        credentials: Credentials = request.app.state.credentials
+        request.state.operation = "sign-out"
+        session = credentials.session_of(request.scope)
+        if credentials.sessions is not None and session is not None:
+            credentials.sessions.close(session)
+        response = RedirectResponse(SIGN_IN, status_code=303)
+        response.delete_cookie(credentials.cookie_name(_port(request)), path="/", httponly=True, samesite="strict",
+                               secure=request.url.scheme == "https")  # fmt: skip
+        return response
 
     @staticmethod
     def back(path: str, shown: Shown, done: str) -> RedirectResponse:
@@ -185,16 +236,29 @@ class Review:
     # ---- pages ------------------------------------------------------------------------------------
 
     def refused(self, request: Request) -> HTMLResponse:
+        """The answer to a request `allowed` refused: outside the caller's scopes, as for a memory
+        that does not exist."""
+        if getattr(request.state, "refusal", 403) == 404:
+            return self.problem(request, 404, "That memory was not found in this store.")
         return self.problem(request, 403, "Your credential does not allow this.")
 
     async def inbox(self, request: Request) -> Response:
-        if self.allowed(request, "get") is None:
+        caller = self.allowed(request, "get")
+        if caller is None:
             return self.refused(request)
         shown = self.shown(request)
         items = await self.guarded(request, lambda: pages.inbox(shown.paths), write=False)
         if isinstance(items, Response):
             return items
-        return self.page(request, "inbox.html", shown=shown, items=items)
+        items = [item for item in items if _readable(caller, item.record)]
+        proposer, scope = request.query_params.get("proposer", ""), request.query_params.get("scope", "")
+        proposers = sorted({name for item in items for name in item.proposers})
+        scopes = sorted({item.record.scope for item in items})
+        shown_items = [item for item in items if (not proposer or proposer in item.proposers)
+                       and (not scope or item.record.scope == scope)]  # fmt: skip
+        note(request, (item.record.id for item in shown_items))
+        return self.page(request, "inbox.html", shown=shown, items=shown_items, proposers=proposers, scopes=scopes,
+                         proposer=proposer, scope=scope, waiting=len(items))  # fmt: skip
 
     async def decide(self, request: Request) -> Response:
         form = await self.form(request)
@@ -217,6 +281,10 @@ class Review:
             ids = [parse_record_id(value) for value in ids]
         except ValueError:
             return self.problem(request, 422, "A selected memory id is not valid.")
+        note(request, ids)
+        checked = await self.checked(request, shown, ids, action)
+        if checked is not None:
+            return checked
 
         def decide_all() -> list[str]:
             repository = Repository(shown.paths)
@@ -233,7 +301,8 @@ class Review:
         return self.back("/", shown, DECISIONS[action])
 
     async def search(self, request: Request) -> Response:
-        if self.allowed(request, "search") is None:
+        caller = self.allowed(request, "search")
+        if caller is None:
             return self.refused(request)
         shown = self.shown(request)
         params = request.query_params
@@ -252,10 +321,37 @@ class Review:
         found = await self.guarded(request, lambda: pages.search(session, shown.paths, filters), write=False)
         if isinstance(found, Response):
             return found
-        return self.page(request, "search.html", shown=shown, found=found)
+        if not reads_human_records(caller):
+            found.blocks[:] = [block for block in found.blocks if block.get("access") != "human"]
+        note(request, (str(block["record_id"]) for block in found.blocks), (found.receipt or {}).get("receipt_id"))
+        scopes = [store_context(request).scope] if shown.name == "selected" else []
+        scopes += [] if _team(request) or store_context(request).view is View.LOCAL else ["global"]
+        return self.page(request, "search.html", shown=shown, found=found, search_scopes=list(dict.fromkeys(scopes)))
+
+    async def checked(self, request: Request, shown: Shown, ids: list[str], action: str) -> Response | None:
+        """None when the caller may run `action` on every record of `ids`: each exists for it and, to
+        approve a candidate (editing one approves it too), none is its own (four eyes); else the
+        refusal, before anything changes."""
+        caller = request.state.principal
+
+        def records() -> list[Record]:
+            repository = Repository(shown.paths)
+            return [repository.find(record_id).record for record_id in ids]
+
+        found = await self.guarded(request, records, write=False)
+        if isinstance(found, Response):
+            return found
+        for record in found:
+            if not _readable(caller, record):
+                return self.problem(request, 404, "That memory was not found in this store.")
+            approving = action == "approve" or (action == "edit" and record.status == "candidate")
+            if approving and self.allowed(request, "approve", record) is None:
+                return self.refused(request)
+        return None
 
     async def record(self, request: Request) -> Response:
-        if self.allowed(request, "get") is None:
+        caller = self.allowed(request, "get")
+        if caller is None:
             return self.refused(request)
         shown = self.shown(request)
         record_id = self.record_id(request)
@@ -264,7 +360,13 @@ class Review:
         found = await self.guarded(request, lambda: pages.record_page(shown.paths, record_id), write=False)
         if isinstance(found, Response):
             return found
-        return self.page(request, "record.html", shown=shown, page=found)
+        if not _readable(caller, found.record):
+            return self.problem(request, 404, "That memory was not found in this store.")
+        note(request, [record_id])
+        events = await self.guarded(request, lambda: pages.history(shown.paths, record_id), write=False)
+        if isinstance(events, Response):
+            return events
+        return self.page(request, "record.html", shown=shown, page=found, events=events)
 
     async def lifecycle(self, request: Request) -> Response:
         form = await self.form(request)
@@ -275,6 +377,10 @@ class Review:
             return self.problem(request, 422, "Choose approve, reject, archive or restore.")
         if self.allowed(request, action) is None:
             return self.refused(request)
+        note(request, [record_id])
+        checked = await self.checked(request, shown, [record_id], action)
+        if checked is not None:
+            return checked
 
         def change() -> str | None:
             repository = Repository(shown.paths)
@@ -301,6 +407,9 @@ class Review:
         if isinstance(found, Response):
             return found
         record = found.record
+        checked = await self.checked(request, shown, [record_id], "edit")
+        if checked is not None:
+            return checked
         draft = {"title": record.title, "kind": record.kind, "body": record.body}
         return self.page(
             request, "edit.html", shown=shown, record_id=record_id, status_of=record.status,
@@ -317,6 +426,10 @@ class Review:
         shown, record_id = self.shown(request), self.record_id(request)
         if record_id is None:
             return self.problem(request, 404, "That is not a memory id.")
+        note(request, [record_id])
+        checked = await self.checked(request, shown, [record_id], "edit")
+        if checked is not None:
+            return checked
         draft = {name: str(form.get(name, "")).replace("\r\n", "\n") for name in ("title", "kind", "body")}
         started_from, status_of = str(form.get("etag", "")), str(form.get("status_of", ""))
 
@@ -380,8 +493,11 @@ class Review:
         )
 
     async def health(self, request: Request) -> Response:
-        if self.allowed(request, "get") is None:
+        caller = self.allowed(request, "get")
+        if caller is None:
             return self.refused(request)
+        if not reads_human_records(caller):  # its findings name records of every access class
+            return self.problem(request, 403, "The store's health is for reviewers.")
         shown = self.shown(request)
         context = store_context(request)
         prefix = "sbuf --global" if shown.name == "global" else f"sbuf --{context.view.value}"
@@ -396,6 +512,41 @@ class Review:
             return parse_record_id(str(request.path_params["record_id"]))
         except ValueError:
             return None
+
+
+def _team(request: Request) -> TeamTokens | None:
+    """The team tokens of a team server; None on the loopback server of one user."""
+    credentials: Credentials = request.app.state.credentials
+    return credentials.team
+
+
+def _port(request: Request) -> int | None:
+    return request.scope["server"][1] if request.scope.get("server") else None
+
+
+def _readable(caller: Principal, record: Record) -> bool:
+    """Whether `record` exists for `caller`: records meant for people only for those who review."""
+    return record.access != "human" or reads_human_records(caller)
+
+
+def may(caller: Principal, operation: str, scope: str, record: Record | None = None) -> bool:
+    """Whether the page offers `caller` the action `operation` on the store of `scope` (on `record`:
+    a candidate's own proposers are not offered to approve it, nor to edit it, which approves it)."""
+    approving = operation == "approve" or (operation == "edit" and record is not None and record.status == "candidate")
+    try:
+        authorize(caller, operation, scope)
+        if approving:
+            authorize(caller, "approve", scope, pages.proposers(record) if record is not None else ())
+    except Refused:
+        return False
+    return True
+
+
+def _scope_names(paths: StorePaths) -> Callable[[str], str]:
+    try:
+        return ScopeNames(paths)
+    except StormbufferError:  # an unreadable store.toml: the page says so elsewhere
+        return lambda scope: scope
 
 
 def _parsed(data: bytes) -> FormData:
@@ -416,6 +567,7 @@ def routes() -> list[BaseRoute]:
     return [
         Route(SIGN_IN, review.sign_in_form, methods=["GET"]),
         Route(SIGN_IN, review.sign_in, methods=["POST"]),
+        Route(SIGN_OUT, review.sign_out, methods=["POST"]),
         Route("/", review.inbox, methods=["GET"]),
         Route("/review/decide", review.decide, methods=["POST"]),
         Route("/search", review.search, methods=["GET"]),
