@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -21,6 +22,9 @@ from ..core.errors import NotInitialized, StormbufferError
 from ..core.stores import View
 from .context import current, fail
 from .main import command
+
+if TYPE_CHECKING:
+    from ..adapters.http.ratelimit import Rate
 
 LOOPBACK_ONLY = "serve only accepts loopback addresses; a team server (`--team`) may bind others over TLS"
 PLAIN_HTTP = (
@@ -32,6 +36,18 @@ TLS_PAIR = "--tls-cert and --tls-key go together"
 
 def _optional_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     return None if value is None else _address(ctx, param, value)
+
+
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Rate | None | Literal[False]:
+    """The parsed `--rate-limit` (None: off), False when not given."""
+    if value is None:
+        return False
+    from ..adapters.http.ratelimit import Rate
+
+    try:
+        return Rate.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -62,7 +78,10 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE", help="TLS private key (PEM), with --team.")
 @click.option("--behind-proxy", "proxy", metavar="IP", callback=_optional_address,
               help="With --team: serve only forwarded HTTPS requests from the reverse proxy at IP.")  # fmt: skip
-def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None) -> None:
+@click.option("--rate-limit", "rate", metavar="N/UNIT", callback=_rate,
+              help="With --team: requests per token per s, min or hour, or off [default: 600/min].")  # fmt: skip
+def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None,
+          rate: Rate | None | Literal[False]) -> None:  # fmt: skip
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
@@ -70,6 +89,8 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     if (tls or proxy) and not team:
         fail("TLS and --behind-proxy are for a team server: add --team")
+    if rate is not False and not team:
+        fail("--rate-limit is for a team server: add --team")
     if tls and proxy:
         fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
     if not is_loopback(address) and (not team or (tls is None and proxy is None)):
@@ -107,7 +128,11 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
 
             url = f"{'https' if tls else 'http'}://{shown}"
             click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
-            loopback_server(store, sock, Credentials.for_team(TeamTokens(store.selected)), (), tls, proxy).run([sock])
+            from ..adapters.http.team import TeamSettings
+
+            settings = TeamSettings() if rate is False else TeamSettings(rate=rate)
+            credentials = Credentials.for_team(TeamTokens(store.selected))
+            loopback_server(store, sock, credentials, (), tls, proxy, settings).run([sock])
             return
         from ..adapters.web import routes
 

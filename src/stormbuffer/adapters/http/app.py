@@ -4,7 +4,8 @@
 (the review pages) are matched after the API's (and a team server's MCP endpoint, `/mcp`) and sit
 behind the same middleware: the request log (which also marks every answer `nosniff` and, outside
 `/static/`, `no-store`), behind a proxy the proxy guard, the loopback guard, on a team server the
-audit trail, the credential check and the error mapping apply to every route. A route finds the
+audit trail, the credential check, on a team server each token's rate limit, and the error mapping
+apply to every route. A route finds the
 store through `store_context` and its caller through `access.allow`.
 """
 
@@ -31,7 +32,9 @@ from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
 from .proxy import ProxyGuard
+from .ratelimit import RateLimit
 from .security import LoopbackGuard
+from .team import TeamSettings
 
 logger = logging.getLogger("stormbuffer.http")
 
@@ -68,16 +71,20 @@ def build_app(
     credentials: Credentials,
     extra_routes: Sequence[BaseRoute] = (),
     proxy: str | None = None,
+    team: TeamSettings | None = None,
 ) -> Starlette:
     """The app serving `store` on the address `bound` to holders of `credentials`, with
-    `extra_routes` after the API's; behind the reverse proxy at `proxy` when given."""
-    audit, team_routes, lifespan = [], [], None
+    `extra_routes` after the API's; behind the reverse proxy at `proxy` when given; a team server
+    (`credentials.team`) run as `team` says (by default, `TeamSettings()`)."""
+    audit, limited, team_routes, lifespan = [], [], [], None
     if credentials.team is not None:
         from .team_mcp import McpEndpoint
 
         trail = AuditTrail(credentials.team.paths)
         mcp = McpEndpoint(store, trail)
         audit, team_routes, lifespan = [Middleware(AuditRequests, trail=trail)], [mcp.route()], mcp.lifespan
+        rate = (team or TeamSettings()).rate
+        limited = [] if rate is None else [Middleware(RateLimit, rate=rate)]
     forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(
         routes=[*api_routes(), *team_routes, *extra_routes],
@@ -88,6 +95,7 @@ def build_app(
             Middleware(LoopbackGuard, bound=bound),
             *audit,
             Middleware(Authenticate, credentials=credentials),
+            *limited,
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )

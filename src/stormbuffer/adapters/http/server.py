@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .access import Credentials
     from .context import StoreContext
+    from .team import TeamSettings
 
 GRACE_S = 10.0
 BACKLOG = 2048
@@ -78,14 +79,16 @@ def loopback_server(
     extra_routes: Sequence[BaseRoute] = (),
     tls: tuple[str, str] | None = None,
     proxy: str | None = None,
+    team: TeamSettings | None = None,
 ) -> LoopbackServer:
     """The server of the app for `store` on the bound socket, for holders of `credentials`, over TLS
-    with `tls` (certificate and key files), behind the reverse proxy at `proxy`
-    (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit` stops it too)."""
+    with `tls` (certificate and key files), behind the reverse proxy at `proxy`, a team server run
+    as `team` says (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit`
+    stops it too)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
-    app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy)
+    app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy, team)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
                             http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
