@@ -1,6 +1,6 @@
 """The team server's audit entries: one per request under `/v1/`, refusals included, and one per
-MCP request refused (for its token or its rate) before the MCP server (which appends one per tool
-call or resource read).
+MCP request refused (its token, its rate, its body, its protocol: any error status) before the MCP
+server (which appends one per tool call or resource read).
 
 `AuditRequests` (ASGI middleware, inside the security checks and around the credential check)
 appends, as the answer starts, who asked (the principal's name, None without a valid token),
@@ -108,8 +108,8 @@ class AuditRequests:
     def _append(self, scope: Scope, status: int) -> None:
         state = scope.get("state", {})
         door = "mcp" if scope["path"] == MCP_PATH else "http"
-        if door == "mcp" and state.get("principal") is not None and status != 429:
-            return  # the MCP server audits each call it answers; a rate-limited request never reaches it
+        if door == "mcp" and state.get("principal") is not None and status < 400:
+            return  # the MCP server audited each call it answered; a refused request reached none
         named = scope.get("path_params", {}).get("id")
         records = [named] if isinstance(named, str) and len(named) <= MAX_NAMED else []
         append_entry(self.trail, state.get("principal"), door, state.get("operation"),

@@ -1,14 +1,16 @@
 """Running the app with uvicorn on a loopback socket until SIGINT or SIGTERM.
 
 The socket is bound here (so a bind failure is one clear line and port 0 picks a free port), and
-the listening address is logged once it accepts connections. A signal stops accepting; requests
-in flight finish (within `GRACE_S`), then the process exits 0.
+the listening address is logged once it accepts connections. Under TLS, the handshake must end
+within the header timeout. A signal stops accepting; requests in flight finish (within `GRACE_S`),
+then the process exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import signal
@@ -21,6 +23,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
+
+from .connections import HEADER_TIMEOUT_S
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -108,7 +112,16 @@ class LoopbackServer(uvicorn.Server):
         self.warming: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
+        if self.config.ssl is None:
+            await super().startup(sockets)
+        else:  # uvicorn leaves asyncio's 60 s for a TLS handshake, uncounted by the connection cap
+            loop = asyncio.get_running_loop()
+            limited = functools.partial(loop.create_server, ssl_handshake_timeout=HEADER_TIMEOUT_S)
+            loop.create_server = limited  # type: ignore[method-assign]
+            try:
+                await super().startup(sockets)
+            finally:
+                del loop.create_server  # the loop's own method again
         if self.started:
             logger.info("Stormbuffer local API listening address=%s", self.address)
             self.warming = asyncio.ensure_future(self.store.read(self.store.warm_up))
