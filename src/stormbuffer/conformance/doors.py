@@ -1,5 +1,5 @@
-"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`, `POST /v1/invoke/{operation}`) and the record
-of every call made through them.
+"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`, `POST /v1/invoke/{operation}`, MCP over
+Streamable HTTP at a team server's `/mcp`) and the record of every call made through them.
 
 Each call keeps what the aggregate checks need: the request, the raw answer text, the parsed
 envelope and, for MCP, whether the tool result kept its shape rules. Checks that look at every
@@ -15,17 +15,24 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stormbuffer.client.invoke import InvokeClient
 
 from .store import Place
 
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult, InitializeResult, ResourceTemplate, Tool
+
+    from stormbuffer.client.mcp import McpClient
+
 INVOKE = "invoke"
 MCP = "mcp"
 HTTP = "http"
 HTTP_SERVE = "http-serve"  # the kit started the HTTP server itself, in its throwaway store
+MCP_HTTP = "mcp-http"  # MCP over Streamable HTTP of a running server, with a team token
 SERVE_TIMEOUT_S = 60.0  # a guard against a server that never listens or never stops
 TOOLS = {"context": "memory_recall", "get": "memory_get", "remember": "memory_remember", "update": "memory_update",
          "archive": "memory_forget"}  # fmt: skip
@@ -96,13 +103,23 @@ class InvokeDoor:
 
 
 class McpSession:
-    """One `<command> --stdio --project [grant]` session in a place of the throwaway store."""
+    """One MCP session whose tool calls are recorded as calls through `door`: `stdio` starts
+    `<command> --stdio --project [grant]`, `remote` connects to a running server's `/mcp`."""
 
-    def __init__(self, command: Sequence[str], recorder: Recorder, place: Place, writes: str) -> None:
+    def __init__(self, client: McpClient | RemoteMcpClient, recorder: Recorder, door: str = MCP) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.door = door
+
+    @classmethod
+    def stdio(cls, command: Sequence[str], recorder: Recorder, place: Place, writes: str) -> McpSession:
         from stormbuffer.client.mcp import McpClient
 
-        self.recorder = recorder
-        self.client = McpClient(command, view="project", writes=writes, cwd=place.cwd, env=place.env)
+        return cls(McpClient(command, view="project", writes=writes, cwd=place.cwd, env=place.env), recorder)
+
+    @classmethod
+    def remote(cls, url: str, token: str, recorder: Recorder) -> McpSession:
+        return cls(RemoteMcpClient(url, token), recorder, MCP_HTTP)
 
     def close(self) -> None:
         self.client.close()
@@ -123,7 +140,54 @@ class McpSession:
         elif result.is_error is not (structured.get("ok") is not True):
             problems.append(f"isError={result.is_error} does not match ok={structured.get('ok')}")
         envelope = structured if isinstance(structured, dict) else None
-        return self.recorder.add(Call(MCP, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))
+        return self.recorder.add(Call(self.door, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))
+
+
+class RemoteMcpClient:
+    """An initialized SDK client session over Streamable HTTP with the server at `url` (its `/mcp`),
+    sending `token` as `Authorization: Bearer`; blocking calls, run in a private event loop thread."""
+
+    def __init__(self, url: str, token: str, timeout: float = SERVE_TIMEOUT_S) -> None:
+        import httpx2
+        from anyio.from_thread import start_blocking_portal
+        from mcp.client.session import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        self._stack = ExitStack()
+        try:
+            self._portal = self._stack.enter_context(start_blocking_portal())
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False)
+            self._stack.enter_context(self._portal.wrap_async_context_manager(http))
+            read, write = self._stack.enter_context(
+                self._portal.wrap_async_context_manager(streamable_http_client(url, http_client=http))
+            )
+            self._session = self._stack.enter_context(
+                self._portal.wrap_async_context_manager(ClientSession(read, write, read_timeout_seconds=timeout))
+            )
+            self.initialized: InitializeResult = self._portal.call(self._session.initialize)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def tools(self) -> list[Tool]:
+        return list(self._portal.call(self._session.list_tools).tools)
+
+    def resource_templates(self) -> list[ResourceTemplate]:
+        return list(self._portal.call(self._session.list_resource_templates).resource_templates)
+
+    def resources(self) -> list[Any]:
+        return list(self._portal.call(self._session.list_resources).resources)
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallToolResult:
+        from mcp_types import CallToolResult
+
+        result = self._portal.call(self._session.call_tool, name, dict(arguments))
+        if not isinstance(result, CallToolResult):
+            raise TypeError("the server did not answer with a tool result")
+        return result
 
 
 class HttpDoor:
