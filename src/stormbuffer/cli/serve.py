@@ -12,6 +12,7 @@ proxy (`--behind-proxy IP`); plain HTTP there is refused before anything is boun
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
@@ -50,6 +51,24 @@ def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Rate
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+def _host_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from ..adapters.http.team import host_name
+
+    try:
+        return tuple(host_name(name) for name in value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _public_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from ..adapters.http.team import public_url
+
+    try:
+        return None if value is None else public_url(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
         return ipaddress.ip_address(value).compressed
@@ -80,8 +99,12 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="With --team: serve only forwarded HTTPS requests from the reverse proxy at IP.")  # fmt: skip
 @click.option("--rate-limit", "rate", metavar="N/UNIT", callback=_rate,
               help="With --team: requests per token per s, min or hour, or off [default: 600/min].")  # fmt: skip
+@click.option("--allow-host", "hosts", multiple=True, metavar="NAME", callback=_host_names,
+              help="With --team: also answer requests whose Host is NAME (a DNS name); repeatable.")  # fmt: skip
+@click.option("--public-url", metavar="URL", callback=_public_url,
+              help="With --team: the server's address as clients know it (https://NAME[:PORT]).")  # fmt: skip
 def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None,
-          rate: Rate | None | Literal[False]) -> None:  # fmt: skip
+          rate: Rate | None | Literal[False], hosts: tuple[str, ...], public_url: str | None) -> None:  # fmt: skip
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
@@ -89,8 +112,8 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     if (tls or proxy) and not team:
         fail("TLS and --behind-proxy are for a team server: add --team")
-    if rate is not False and not team:
-        fail("--rate-limit is for a team server: add --team")
+    if (rate is not False or hosts or public_url) and not team:
+        fail("--rate-limit, --allow-host and --public-url are for a team server: add --team")
     if tls and proxy:
         fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
     if not is_loopback(address) and (not team or (tls is None and proxy is None)):
@@ -130,8 +153,9 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
             from ..adapters.http.team import TeamSettings
 
-            settings = TeamSettings() if rate is False else TeamSettings(rate=rate)
-            credentials = Credentials.for_team(TeamTokens(store.selected))
+            settings = TeamSettings(hosts=hosts, public_url=public_url)
+            settings = settings if rate is False else dataclasses.replace(settings, rate=rate)
+            credentials = Credentials.for_team(TeamTokens(store.selected), public_url)
             loopback_server(store, sock, credentials, (), tls, proxy, settings).run([sock])
             return
         from ..adapters.web import routes

@@ -63,11 +63,13 @@ class Credentials:
     program: Principal = field(default_factory=lambda: local_user("program"))  # who holds the token
     person: Principal = field(default_factory=lambda: local_user("person"))  # who holds the session
     team: TeamTokens | None = None
+    resource: str | None = None  # a team server's public URL, when set: its name in metadata and challenges
 
     @classmethod
-    def for_team(cls, tokens: TeamTokens) -> Credentials:
-        """A team server's: the store's team tokens, and no local token or session (never shown)."""
-        return cls(secrets.token_urlsafe(32), team=tokens)
+    def for_team(cls, tokens: TeamTokens, resource: str | None = None) -> Credentials:
+        """A team server's: the store's team tokens, and no local token or session (never shown);
+        `resource` is the server's public URL (`--public-url`), if any."""
+        return cls(secrets.token_urlsafe(32), team=tokens, resource=resource)
 
     def cookie_name(self, port: int | None) -> str:
         """Cookies are shared by every port of a host: the port keeps two servers' sessions apart."""
@@ -103,13 +105,13 @@ class Credentials:
         if self.team is None:
             return "Bearer"
         presented = "authorization" in Headers(scope=scope)
-        metadata = f'Bearer resource_metadata="{resource_url(scope)}{RESOURCE_METADATA}"'
+        metadata = f'Bearer resource_metadata="{self.resource_url(scope)}{RESOURCE_METADATA}"'
         return metadata + (', error="invalid_token"' if presented else "")
 
-
-def resource_url(scope: Scope) -> str:
-    """This server as its clients name it: scheme and the `Host` the security checks admitted."""
-    return f"{scope.get('scheme', 'http')}://{Headers(scope=scope).get('host', '')}"
+    def resource_url(self, scope: Scope) -> str:
+        """This server as its clients name it: the public URL when set, else the scheme and the
+        `Host` the security checks admitted."""
+        return self.resource or f"{scope.get('scheme', 'http')}://{Headers(scope=scope).get('host', '')}"
 
 
 def _port(scope: Scope) -> int | None:
@@ -207,6 +209,6 @@ async def resource_metadata(request: Request) -> Response:
     credentials: Credentials = request.app.state.credentials
     if credentials.team is None:
         raise ApiError(404, "not_found", "no route matches this path")
-    resource = resource_url(request.scope)
+    resource = credentials.resource_url(request.scope)
     return json_response({"resource": resource, "bearer_methods_supported": ["header"],
                           "resource_name": "Stormbuffer team server"})  # fmt: skip

@@ -77,14 +77,16 @@ def build_app(
     `extra_routes` after the API's; behind the reverse proxy at `proxy` when given; a team server
     (`credentials.team`) run as `team` says (by default, `TeamSettings()`)."""
     audit, limited, team_routes, lifespan = [], [], [], None
+    hosts: tuple[str, ...] = ()
     if credentials.team is not None:
         from .team_mcp import McpEndpoint
 
         trail = AuditTrail(credentials.team.paths)
         mcp = McpEndpoint(store, trail)
         audit, team_routes, lifespan = [Middleware(AuditRequests, trail=trail)], [mcp.route()], mcp.lifespan
-        rate = (team or TeamSettings()).rate
-        limited = [] if rate is None else [Middleware(RateLimit, rate=rate)]
+        team = team or TeamSettings()
+        limited = [] if team.rate is None else [Middleware(RateLimit, rate=team.rate)]
+        hosts = team.allowed_hosts()
     forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(
         routes=[*api_routes(), *team_routes, *extra_routes],
@@ -92,7 +94,7 @@ def build_app(
         middleware=[
             Middleware(RequestLog),
             *forwarded,
-            Middleware(LoopbackGuard, bound=bound),
+            Middleware(LoopbackGuard, bound=bound, allowed=hosts),
             *audit,
             Middleware(Authenticate, credentials=credentials),
             *limited,
