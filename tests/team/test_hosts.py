@@ -68,8 +68,8 @@ def test_the_public_url_is_the_resource(team: Team) -> None:
         (("--team", "--public-url", "ftp://memory.example.com"), "must be http(s)://HOST[:PORT]"),
         (("--team", "--public-url", "https://memory.example.com/mcp"), "must be http(s)://HOST[:PORT]"),
         (("--team", "--public-url", "https://user@memory.example.com"), "must be http(s)://HOST[:PORT]"),
-        (("--allow-host", "memory.internal"), "are for a team server: add --team"),
-        (("--public-url", PUBLIC), "are for a team server: add --team"),
+        (("--allow-host", "memory.internal"), "for a team server: add --team"),
+        (("--public-url", PUBLIC), "for a team server: add --team"),
     ],
 )
 def test_bad_names_are_refused_at_start(tmp_path_factory: pytest.TempPathFactory, args: tuple[str, ...],

@@ -127,7 +127,7 @@ def test_the_allowance_comes_back_after_retry_after(tmp_path_factory: pytest.Tem
     [
         (("--team", "--rate-limit", "5/fortnight"), "must be N/s, N/min or N/hour"),
         (("--team", "--rate-limit", "0/min"), "must be N/s, N/min or N/hour"),
-        (("--rate-limit", "5/min"), "are for a team server: add --team"),
+        (("--rate-limit", "5/min"), "for a team server: add --team"),
     ],
 )
 def test_a_bad_rate_limit_is_refused_at_start(tmp_path_factory: pytest.TempPathFactory, args: tuple[str, ...],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
 import click
@@ -69,6 +70,16 @@ def _public_url(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+def _retention(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    from ..auth.tokens import TokenError, parse_expiry
+
+    try:
+        return None if value is None else parse_expiry(value)
+    except TokenError:
+        raise click.BadParameter("must be a number of days, hours or minutes (`90d`, `12h`, `30m`) or `never`",
+                                 ctx, param) from None  # fmt: skip
+
+
 def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
         return ipaddress.ip_address(value).compressed
@@ -103,8 +114,11 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="With --team: also answer requests whose Host is NAME (a DNS name); repeatable.")  # fmt: skip
 @click.option("--public-url", metavar="URL", callback=_public_url,
               help="With --team: the server's address as clients know it (https://NAME[:PORT]).")  # fmt: skip
+@click.option("--audit-retention", "retention", metavar="DURATION", callback=_retention,
+              help="With --team: drop audit entries older than `90d`, `12h`, `30m`… [default: never].")  # fmt: skip
 def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None,
-          rate: Rate | None | Literal[False], hosts: tuple[str, ...], public_url: str | None) -> None:  # fmt: skip
+          rate: Rate | None | Literal[False], hosts: tuple[str, ...], public_url: str | None,
+          retention: timedelta | None) -> None:  # fmt: skip
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
@@ -112,8 +126,8 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     if (tls or proxy) and not team:
         fail("TLS and --behind-proxy are for a team server: add --team")
-    if (rate is not False or hosts or public_url) and not team:
-        fail("--rate-limit, --allow-host and --public-url are for a team server: add --team")
+    if (rate is not False or hosts or public_url or retention) and not team:
+        fail("--rate-limit, --allow-host, --public-url and --audit-retention are for a team server: add --team")
     if tls and proxy:
         fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
     if not is_loopback(address) and (not team or (tls is None and proxy is None)):
@@ -153,7 +167,7 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
             from ..adapters.http.team import TeamSettings
 
-            settings = TeamSettings(hosts=hosts, public_url=public_url)
+            settings = TeamSettings(hosts=hosts, public_url=public_url, audit_retention=retention)
             settings = settings if rate is False else dataclasses.replace(settings, rate=rate)
             credentials = Credentials.for_team(TeamTokens(store.selected), public_url)
             loopback_server(store, sock, credentials, (), tls, proxy, settings).run([sock])

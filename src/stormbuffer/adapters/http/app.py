@@ -11,9 +11,13 @@ store through `store_context` and its caller through `access.allow`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
@@ -27,7 +31,7 @@ from stormbuffer.auth.audit import AuditTrail
 
 from . import invoke, records, search
 from .access import PUBLIC_PREFIXES, RESOURCE_METADATA, Authenticate, Credentials, resource_metadata
-from .audit import AuditRequests
+from .audit import AuditRequests, keep_pruned
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
@@ -36,7 +40,11 @@ from .ratelimit import RateLimit
 from .security import LoopbackGuard
 from .team import TeamSettings
 
+if TYPE_CHECKING:
+    from .team_mcp import McpEndpoint
+
 logger = logging.getLogger("stormbuffer.http")
+Lifespan = Callable[[Any], contextlib.AbstractAsyncContextManager[None]]
 
 HTTP_ERRORS = {
     404: ("not_found", "no route matches this path"),
@@ -81,10 +89,11 @@ def build_app(
     if credentials.team is not None:
         from .team_mcp import McpEndpoint
 
+        team = team or TeamSettings()
         trail = AuditTrail(credentials.team.paths)
         mcp = McpEndpoint(store, trail)
-        audit, team_routes, lifespan = [Middleware(AuditRequests, trail=trail)], [mcp.route()], mcp.lifespan
-        team = team or TeamSettings()
+        audit, team_routes = [Middleware(AuditRequests, trail=trail)], [mcp.route()]
+        lifespan = _team_lifespan(mcp, trail, team.audit_retention)
         limited = [] if team.rate is None else [Middleware(RateLimit, rate=team.rate)]
         hosts = team.allowed_hosts()
     forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
@@ -105,6 +114,20 @@ def build_app(
     app.state.store = store
     app.state.credentials = credentials
     return app
+
+
+def _team_lifespan(mcp: McpEndpoint, trail: AuditTrail, retention: timedelta | None) -> Lifespan:
+    """A team server's lifespan: the MCP endpoint's, and the audit trail kept to `retention`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: object) -> AsyncIterator[None]:
+        async with mcp.lifespan(app), anyio.create_task_group() as tasks:
+            if retention is not None:
+                tasks.start_soon(keep_pruned, trail, retention)
+            yield
+            tasks.cancel_scope.cancel()
+
+    return lifespan
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -7,6 +7,7 @@ appends, as the answer starts, who asked (the principal's name, None without a v
 when, the door (`http`), the operation `allow` was asked for (None when refused before), the
 method and path (never the query), the status, the record id the path names and the record ids
 and receipt id a route noted with `note`. Nothing from the request's headers or body is kept.
+`keep_pruned` applies a retention (`sbuf serve --team --audit-retention`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -25,6 +28,7 @@ from stormbuffer.auth.audit import AuditTrail
 logger = logging.getLogger("stormbuffer.http")
 MCP_PATH = "/mcp"
 MAX_NAMED = 64  # characters of a record id named in the path that the entry keeps
+PRUNE_EVERY_S = 3600.0
 
 
 def note(request: Request, records: Iterable[str] = (), receipt: str | None = None) -> None:
@@ -69,6 +73,20 @@ def append_entry(trail: AuditTrail, caller: Principal | None, door: str, operati
         trail.append(entry)
     except OSError as exc:
         logger.error("audit entry could not be written: %s", type(exc).__name__)
+
+
+async def keep_pruned(trail: AuditTrail, retention: timedelta) -> None:
+    """Drop the entries of `trail` older than `retention`, now and every `PRUNE_EVERY_S`, on a worker
+    thread; a failure is logged by class name and tried again next time."""
+    while True:
+        try:
+            dropped = await anyio.to_thread.run_sync(trail.prune, datetime.now(UTC) - retention)
+        except OSError as exc:
+            logger.error("audit trail could not be pruned: %s", type(exc).__name__)
+        else:
+            if dropped:
+                logger.info("audit trail pruned entries=%s", dropped)
+        await anyio.sleep(PRUNE_EVERY_S)
 
 
 def _list(value: object) -> list[Any]:

@@ -1,10 +1,12 @@
 """What a team server is told beyond its tokens (`sbuf serve --team` options): each token's rate
-limit, the host names it answers to besides its address, and the address its clients know it by."""
+limit, the host names it answers to besides its address, the address its clients know it by, and
+how long its audit trail keeps entries."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from .ratelimit import DEFAULT_RATE, Rate
@@ -19,11 +21,12 @@ class TeamSettings:
     """`rate`: each token's allowance (`ratelimit`), None for no limit. `hosts`: names admitted in
     `Host` besides the bound address and `localhost`. `public_url`: the server as its clients name
     it (`scheme://host[:port]`), its resource in the RFC 9728 metadata and challenges; its host is
-    admitted too."""
+    admitted too. `audit_retention`: how long audit entries are kept, None for ever."""
 
     rate: Rate | None = DEFAULT_RATE
     hosts: tuple[str, ...] = ()
     public_url: str | None = None
+    audit_retention: timedelta | None = None
 
     def allowed_hosts(self) -> tuple[str, ...]:
         public = urlsplit(self.public_url).hostname if self.public_url else None
