@@ -27,6 +27,7 @@ from .main import command
 
 if TYPE_CHECKING:
     from ..adapters.http.ratelimit import Rate
+    from ..auth.oidc import OidcIssuer
 
 LOOPBACK_ONLY = "serve only accepts loopback addresses; a team server (`--team`) may bind others over TLS"
 PLAIN_HTTP = (
@@ -68,6 +69,15 @@ def _public_url(ctx: click.Context, param: click.Parameter, value: str | None) -
         return None if value is None else public_url(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _issuer(url: str, audience: str, scope: str) -> OidcIssuer:
+    from ..auth.oidc import OidcError, OidcIssuer
+
+    try:
+        return OidcIssuer.discover(url, audience, scope)
+    except OidcError as exc:
+        fail(f"could not start server: {exc}")
 
 
 def _retention(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
@@ -116,9 +126,11 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="With --team: the server's address as clients know it (https://NAME[:PORT]).")  # fmt: skip
 @click.option("--audit-retention", "retention", metavar="DURATION", callback=_retention,
               help="With --team: drop audit entries older than `90d`, `12h`, `30m`… [default: never].")  # fmt: skip
+@click.option("--oidc-issuer", metavar="URL", help="With --team: also take JWTs of this OpenID Connect issuer.")
+@click.option("--oidc-audience", metavar="AUD", help="With --oidc-issuer: the audience its JWTs must name.")
 def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None,
           rate: Rate | None | Literal[False], hosts: tuple[str, ...], public_url: str | None,
-          retention: timedelta | None) -> None:  # fmt: skip
+          retention: timedelta | None, oidc_issuer: str | None, oidc_audience: str | None) -> None:  # fmt: skip
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
@@ -126,8 +138,12 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     if (tls or proxy) and not team:
         fail("TLS and --behind-proxy are for a team server: add --team")
-    if (rate is not False or hosts or public_url or retention) and not team:
-        fail("--rate-limit, --allow-host, --public-url and --audit-retention are for a team server: add --team")
+    if (rate is not False or hosts or public_url or retention or oidc_issuer or oidc_audience) and not team:
+        fail(
+            "--rate-limit, --allow-host, --public-url, --audit-retention and --oidc-… are for a team server: add --team"
+        )
+    if (oidc_issuer is None) != (oidc_audience is None) or oidc_audience == "":
+        fail("--oidc-issuer and --oidc-audience go together")
     if tls and proxy:
         fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
     if not is_loopback(address) and (not team or (tls is None and proxy is None)):
@@ -169,7 +185,8 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
 
             settings = TeamSettings(hosts=hosts, public_url=public_url, audit_retention=retention)
             settings = settings if rate is False else dataclasses.replace(settings, rate=rate)
-            credentials = Credentials.for_team(TeamTokens(store.selected), public_url)
+            issuer = _issuer(oidc_issuer, oidc_audience, store.scope) if oidc_issuer and oidc_audience else None
+            credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer)
             loopback_server(store, sock, credentials, (), tls, proxy, settings).run([sock])
             return
         from ..adapters.web import routes
