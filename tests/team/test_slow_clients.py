@@ -8,7 +8,6 @@ import json
 import select
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from stormbuffer.adapters.http.connections import HEADER_TIMEOUT_S
 from stormbuffer.adapters.http.security import BODY_TIMEOUT_S
 from tests.http.conftest import TIMEOUT, sandbox_with_stores, start
 
-from .test_server import Team, team_server
+from .test_server import Team, self_signed, team_server
 
 TRICKLING = 24  # connections sending their headers one byte at a time
 MARGIN_S = 3.0  # what a busy machine may add to a limit before the server acts on it
@@ -132,10 +131,7 @@ def test_slow_headers_and_bodies_are_closed_in_time_and_others_are_answered(team
 
 def test_a_tls_handshake_that_never_ends_is_closed_in_time(tmp_path: Path) -> None:
     box = sandbox_with_stores(tmp_path / "sandbox", None)
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
+    cert, key = self_signed(tmp_path)
     with team_server(box, "--tls-cert", str(cert), "--tls-key", str(key)) as address:
         port = int(address.rsplit(":", 1)[1])
         began = time.monotonic()

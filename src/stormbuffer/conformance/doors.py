@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,8 @@ from stormbuffer.client.invoke import InvokeClient
 from .store import Place
 
 if TYPE_CHECKING:
-    from mcp_types import CallToolResult, InitializeResult, ResourceTemplate, Tool
-
     from stormbuffer.client.mcp import McpClient
+
 
 INVOKE = "invoke"
 MCP = "mcp"
@@ -106,7 +104,7 @@ class McpSession:
     """One MCP session whose tool calls are recorded as calls through `door`: `stdio` starts
     `<command> --stdio --project [grant]`, `remote` connects to a running server's `/mcp`."""
 
-    def __init__(self, client: McpClient | RemoteMcpClient, recorder: Recorder, door: str = MCP) -> None:
+    def __init__(self, client: McpClient, recorder: Recorder, door: str = MCP) -> None:
         self.client = client
         self.recorder = recorder
         self.door = door
@@ -119,7 +117,9 @@ class McpSession:
 
     @classmethod
     def remote(cls, url: str, token: str, recorder: Recorder) -> McpSession:
-        return cls(RemoteMcpClient(url, token), recorder, MCP_HTTP)
+        from .remote import RemoteMcpClient
+
+        return cls(RemoteMcpClient(url, token, SERVE_TIMEOUT_S), recorder, MCP_HTTP)
 
     def close(self) -> None:
         self.client.close()
@@ -141,53 +141,6 @@ class McpSession:
             problems.append(f"isError={result.is_error} does not match ok={structured.get('ok')}")
         envelope = structured if isinstance(structured, dict) else None
         return self.recorder.add(Call(self.door, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))
-
-
-class RemoteMcpClient:
-    """An initialized SDK client session over Streamable HTTP with the server at `url` (its `/mcp`),
-    sending `token` as `Authorization: Bearer`; blocking calls, run in a private event loop thread."""
-
-    def __init__(self, url: str, token: str, timeout: float = SERVE_TIMEOUT_S) -> None:
-        import httpx2
-        from anyio.from_thread import start_blocking_portal
-        from mcp.client.session import ClientSession
-        from mcp.client.streamable_http import streamable_http_client
-
-        self._stack = ExitStack()
-        try:
-            self._portal = self._stack.enter_context(start_blocking_portal())
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False)
-            self._stack.enter_context(self._portal.wrap_async_context_manager(http))
-            read, write = self._stack.enter_context(
-                self._portal.wrap_async_context_manager(streamable_http_client(url, http_client=http))
-            )
-            self._session = self._stack.enter_context(
-                self._portal.wrap_async_context_manager(ClientSession(read, write, read_timeout_seconds=timeout))
-            )
-            self.initialized: InitializeResult = self._portal.call(self._session.initialize)
-        except BaseException:
-            self._stack.close()
-            raise
-
-    def close(self) -> None:
-        self._stack.close()
-
-    def tools(self) -> list[Tool]:
-        return list(self._portal.call(self._session.list_tools).tools)
-
-    def resource_templates(self) -> list[ResourceTemplate]:
-        return list(self._portal.call(self._session.list_resource_templates).resource_templates)
-
-    def resources(self) -> list[Any]:
-        return list(self._portal.call(self._session.list_resources).resources)
-
-    def call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallToolResult:
-        from mcp_types import CallToolResult
-
-        result = self._portal.call(self._session.call_tool, name, dict(arguments))
-        if not isinstance(result, CallToolResult):
-            raise TypeError("the server did not answer with a tool result")
-        return result
 
 
 class HttpDoor:
