@@ -20,7 +20,7 @@ from tests.http.conftest import TIMEOUT, sandbox_with_stores, start
 from .test_server import Team
 
 APPENDERS = 3
-EACH = 400  # entries per appender, every other one dated 2020
+EACH = 800  # entries per appender, every other one dated 2020
 CUTOFF = datetime(2021, 1, 1, tzinfo=UTC)
 APPEND = textwrap.dedent("""
     import sys
