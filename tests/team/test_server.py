@@ -226,12 +226,18 @@ def reader_token(box: Sandbox) -> str:
     return made.stdout.splitlines()[-1]
 
 
-def test_a_team_server_speaks_tls(tmp_path: Path) -> None:
-    box = sandbox_with_stores(tmp_path / "sandbox", None)
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by openssl in `folder`."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
+    return cert, key
+
+
+def test_a_team_server_speaks_tls(tmp_path: Path) -> None:
+    box = sandbox_with_stores(tmp_path / "sandbox", None)
+    cert, key = self_signed(tmp_path)
     token = reader_token(box)
     with team_server(box, "--tls-cert", str(cert), "--tls-key", str(key)) as address:
         trusted = ssl.create_default_context(cafile=cert)

@@ -40,6 +40,14 @@ from .context import current, fail
     help="A program the kit starts as `CMD --project serve --port N` in its throwaway store (e.g. `sbuf`).",
 )
 @click.option(
+    "--mcp-http",
+    "mcp_http",
+    multiple=True,
+    metavar="URL",
+    help="A running team server's MCP endpoint (e.g. `http://127.0.0.1:7342/mcp`); the team token is read "
+    "from STORMBUFFER_TOKEN.",
+)
+@click.option(
     "-k",
     "--select",
     "patterns",
@@ -53,6 +61,7 @@ def conformance(
     mcp: tuple[str, ...],
     http: tuple[str, ...],
     http_serve: tuple[str, ...],
+    mcp_http: tuple[str, ...],
     patterns: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -60,16 +69,17 @@ def conformance(
 
     Each door is a command line quoted as one argument, or the URL of a running HTTP server; give any
     of them (doors given together are also compared with --invoke). A running server's store is its
-    own, so --http runs only the checks that hold in any store; --http-serve runs them all. The checks
+    own, so --http runs only the checks that hold in any store; --http-serve runs them all. --mcp-http
+    runs the checks of MCP over Streamable HTTP that hold in any store and for any role. The checks
     run in a throwaway store made for the run and removed afterwards; each is reported as pass or fail
     with a one-line reason. Exit status 0 iff every check passes.
     """
     from stormbuffer.conformance import Outcome, run
     from stormbuffer.conformance.doors import parse_command
 
-    if not invoke and not mcp and not http and not http_serve:
-        raise click.UsageError("give --invoke CMD, --mcp CMD, --http URL or --http-serve CMD")
-    if any(len(door) > 1 for door in (invoke, mcp, http, http_serve)) or (http and http_serve):
+    if not invoke and not mcp and not http and not http_serve and not mcp_http:
+        raise click.UsageError("give --invoke CMD, --mcp CMD, --http URL, --http-serve CMD or --mcp-http URL")
+    if any(len(door) > 1 for door in (invoke, mcp, http, http_serve, mcp_http)) or (http and http_serve):
         raise click.UsageError("give each door once, and either --http or --http-serve")
     if http and not http[0].startswith(("http://", "https://")):
         raise click.UsageError("--http takes a URL such as http://127.0.0.1:7342")
@@ -77,6 +87,7 @@ def conformance(
         doors = [parse_command(door[0]) if door else None for door in (invoke, mcp, http_serve)]
     except ValueError:
         fail("a door's command is empty or badly quoted")
+    remote = _remote(mcp_http[0]) if mcp_http else None
     out, err = current().out(), current().err()
 
     def show(outcome: Outcome) -> None:
@@ -88,7 +99,7 @@ def conformance(
             click.echo(f"{mark} {outcome.id}: {outcome.reason}", color=True)
 
     report = run(invoke=doors[0], mcp=doors[1], http=http[0] if http else None, http_serve=doors[2],
-                 patterns=patterns, progress=show)  # fmt: skip
+                 mcp_http=remote, patterns=patterns, progress=show)  # fmt: skip
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
@@ -98,3 +109,14 @@ def conformance(
     if not report.outcomes:
         fail("no check matches the selection")
     sys.exit(0 if report.passed else 1)
+
+
+def _remote(url: str) -> tuple[str, str]:
+    """The MCP address and the team token of `STORMBUFFER_TOKEN` (checked as `stormbuffer-mcp --remote`
+    checks them: https, or http to a loopback address only)."""
+    from stormbuffer.adapters.mcp.remote import RemoteError, checked
+
+    try:
+        return checked(url, current().env)
+    except RemoteError as exc:
+        raise click.UsageError(str(exc).replace("--remote", "--mcp-http")) from None

@@ -13,8 +13,11 @@ before anything is bound."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -22,6 +25,10 @@ from ..core.errors import NotInitialized, StormbufferError
 from ..core.stores import View
 from .context import current, fail
 from .main import command
+
+if TYPE_CHECKING:
+    from ..adapters.http.ratelimit import Rate
+    from ..auth.oidc import OidcIssuer
 
 LOOPBACK_ONLY = "serve only accepts loopback addresses; a team server (`--team`) may bind others over TLS"
 PLAIN_HTTP = (
@@ -33,6 +40,55 @@ TLS_PAIR = "--tls-cert and --tls-key go together"
 
 def _optional_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     return None if value is None else _address(ctx, param, value)
+
+
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Rate | None | Literal[False]:
+    """The parsed `--rate-limit` (None: off), False when not given."""
+    if value is None:
+        return False
+    from ..adapters.http.ratelimit import Rate
+
+    try:
+        return Rate.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _host_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from ..adapters.http.team import host_name
+
+    try:
+        return tuple(host_name(name) for name in value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _public_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from ..adapters.http.team import public_url
+
+    try:
+        return None if value is None else public_url(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _issuer(url: str, audience: str, scope: str) -> OidcIssuer:
+    from ..auth.oidc import OidcError, OidcIssuer
+
+    try:
+        return OidcIssuer.discover(url, audience, scope)
+    except OidcError as exc:
+        fail(f"could not start server: {exc}")
+
+
+def _retention(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    from ..auth.tokens import TokenError, parse_expiry
+
+    try:
+        return None if value is None else parse_expiry(value)
+    except TokenError:
+        raise click.BadParameter("must be a number of days, hours or minutes (`90d`, `12h`, `30m`) or `never`",
+                                 ctx, param) from None  # fmt: skip
 
 
 def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -63,7 +119,19 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE", help="TLS private key (PEM), with --team.")
 @click.option("--behind-proxy", "proxy", metavar="IP", callback=_optional_address,
               help="With --team: serve only forwarded HTTPS requests from the reverse proxy at IP.")  # fmt: skip
-def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None) -> None:
+@click.option("--rate-limit", "rate", metavar="N/UNIT", callback=_rate,
+              help="With --team: requests per token per s, min or hour, or off [default: 600/min].")  # fmt: skip
+@click.option("--allow-host", "hosts", multiple=True, metavar="NAME", callback=_host_names,
+              help="With --team: also answer requests whose Host is NAME (a DNS name); repeatable.")  # fmt: skip
+@click.option("--public-url", metavar="URL", callback=_public_url,
+              help="With --team: the server's address as clients know it (https://NAME[:PORT]).")  # fmt: skip
+@click.option("--audit-retention", "retention", metavar="DURATION", callback=_retention,
+              help="With --team: drop audit entries older than `90d`, `12h`, `30m`… [default: never].")  # fmt: skip
+@click.option("--oidc-issuer", metavar="URL", help="With --team: also take JWTs of this OpenID Connect issuer.")
+@click.option("--oidc-audience", metavar="AUD", help="With --oidc-issuer: the audience its JWTs must name.")
+def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None,
+          rate: Rate | None | Literal[False], hosts: tuple[str, ...], public_url: str | None,
+          retention: timedelta | None, oidc_issuer: str | None, oidc_audience: str | None) -> None:  # fmt: skip
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
@@ -71,6 +139,12 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     if (tls or proxy) and not team:
         fail("TLS and --behind-proxy are for a team server: add --team")
+    if (rate is not False or hosts or public_url or retention or oidc_issuer or oidc_audience) and not team:
+        fail(
+            "--rate-limit, --allow-host, --public-url, --audit-retention and --oidc-… are for a team server: add --team"
+        )
+    if (oidc_issuer is None) != (oidc_audience is None) or oidc_audience == "":
+        fail("--oidc-issuer and --oidc-audience go together")
     if tls and proxy:
         fail("a server behind a proxy leaves TLS to it: pass --behind-proxy or --tls-cert/--tls-key, not both")
     if not is_loopback(address) and (not team or (tls is None and proxy is None)):
@@ -109,8 +183,13 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
 
             url = f"{'https' if tls else 'http'}://{shown}"
             click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
-            team_credentials = Credentials.for_team(TeamTokens(store.selected))
-            loopback_server(store, sock, team_credentials, routes(), tls, proxy).run([sock])
+            from ..adapters.http.team import TeamSettings
+
+            settings = TeamSettings(hosts=hosts, public_url=public_url, audit_retention=retention)
+            settings = settings if rate is False else dataclasses.replace(settings, rate=rate)
+            issuer = _issuer(oidc_issuer, oidc_audience, store.scope) if oidc_issuer and oidc_audience else None
+            credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer)
+            loopback_server(store, sock, credentials, routes(), tls, proxy, settings).run([sock])
             return
         click.echo(f"Review page: http://{shown}/sign-in?token={token}")
         loopback_server(store, sock, Credentials(token), routes()).run([sock])

@@ -1,7 +1,8 @@
 """The version-1 contract as named checks, each of which passes or fails with a one-line reason.
 
 Checks are grouped by door: `invoke.*` run `sbuf invoke`, `mcp.*` run `stormbuffer-mcp`, `http.*` post
-to `/v1/invoke/{operation}`, and `equivalence.*` compare a door with `sbuf invoke`
+to `/v1/invoke/{operation}`, `mcp-http.*` speak MCP over Streamable HTTP to a running team server
+with a token (only what holds in any store and for any role), and `equivalence.*` compare a door with `sbuf invoke`
 (`equivalence.<example>` MCP, `equivalence.http.<example>` HTTP). HTTP checks that need to know the
 store run only when the kit starts the server itself (the `http-serve` door).
 `*.example.<operation>/<case>` run one `schema/v1` example; the aggregate checks (`envelopes`,
@@ -11,6 +12,7 @@ through their door, after a few probes of their own, so they run last.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +26,21 @@ from stormbuffer.core.secrets import contains_secret
 from stormbuffer.core.timestamps import Timestamp
 
 from . import messages
-from .doors import HTTP, HTTP_SERVE, INVOKE, MCP, TOOLS, Call, HttpDoor, InvokeDoor, McpSession, Recorder, Served
+from .doors import (
+    HTTP,
+    HTTP_SERVE,
+    INVOKE,
+    MCP,
+    MCP_HTTP,
+    SERVE_TIMEOUT_S,
+    TOOLS,
+    Call,
+    HttpDoor,
+    InvokeDoor,
+    McpSession,
+    Recorder,
+    Served,
+)
 from .examples import Example, difference, examples, mask_generated, mask_semantic
 from .store import GLOBAL_RECORD_ID, PROJECT_SCOPE, Place, ThrowawayStore, record_markdown
 
@@ -102,8 +118,10 @@ class Run:
         *,
         http: str | None = None,
         http_serve: list[str] | None = None,
+        mcp_http: tuple[str, str] | None = None,
     ) -> None:
         self.store = store
+        self.mcp_http = mcp_http  # the URL of a running server's `/mcp`, and a team token for it
         self.http_url = http
         self.http_serve = http_serve
         self._servers: list[Served] = []
@@ -150,7 +168,15 @@ class Run:
 
     def session(self, place: Place, writes: str) -> McpSession:
         assert self.mcp_command is not None
-        session = McpSession(self.mcp_command, self.recorder, place, writes)
+        session = McpSession.stdio(self.mcp_command, self.recorder, place, writes)
+        self._sessions.append(session)
+        return session
+
+    @cached_property
+    def remote(self) -> McpSession:
+        """The session with the running server's `/mcp`."""
+        assert self.mcp_http is not None
+        session = McpSession.remote(*self.mcp_http, self.recorder)
         self._sessions.append(session)
         return session
 
@@ -299,6 +325,13 @@ class Run:
         if door in self._probed:
             return
         self._probed.add(door)
+        if door == MCP_HTTP:
+            probes = [("memory_recall", {"query": "release lockfile"}), ("memory_get", {"id": MISSING_ID}),
+                      ("memory_get", {"id": ACTIVE_ID, "profile_path": CANARY}),
+                      ("memory_remember", remember(f"token {TOKEN}", version=False))]  # fmt: skip
+            for tool, arguments in probes:
+                self.remote.call(tool, arguments)
+            return
         call = self.caller(door)
         call("search", {"version": 1, "query": "release lockfile"})
         call("context", {"version": 1, "query": "release lockfile"})
@@ -399,7 +432,11 @@ def path_denied(run: Run, door: str) -> None:
 
 def fresh_receipts(run: Run, door: str) -> None:
     send = run.caller(door)
-    calls = [send("context", {"version": 1, "query": "release"}) for _ in range(2)]
+    expect_fresh_receipts([send("context", {"version": 1, "query": "release"}) for _ in range(2)])
+
+
+def expect_fresh_receipts(calls: list[Call]) -> None:
+    """Two identical recalls differ in their receipt id and time only."""
     ids, receipts = [], []
     for call in calls:
         expect_code(call, "ok")
@@ -517,10 +554,14 @@ def mcp_initialize(run: Run) -> None:
 
 
 def mcp_tools(run: Run) -> None:
+    listed_tools(run.read_only)
+
+
+def listed_tools(session: McpSession) -> None:
     from stormbuffer.protocol import schemas
 
     wanted = schemas.load("mcp-tools")["$defs"]
-    tools = run.read_only.client.tools()
+    tools = session.client.tools()
     names = [tool.name for tool in tools]
     expect(sorted(names) == sorted(wanted), f"tools are {names}, expected {sorted(wanted)}")
     expect(names == sorted(names), "tools are not listed in name order")
@@ -538,7 +579,11 @@ def mcp_tools(run: Run) -> None:
 
 
 def mcp_resources(run: Run) -> None:
-    client = run.read_only.client
+    listed_resources(run.read_only)
+
+
+def listed_resources(session: McpSession) -> None:
+    client = session.client
     templates = {template.uri_template for template in client.resource_templates()}
     expect(templates == TEMPLATES, f"resource templates are {sorted(templates)}")
     expect(client.resources() == [], "resources/list is not empty")
@@ -583,6 +628,55 @@ def mcp_candidate_writes(run: Run) -> None:
 def mcp_recall_scope(run: Run) -> None:
     session = run.read_only
     recall_scopes(lambda arguments: session.call("memory_recall", arguments))
+
+
+# ---- MCP over Streamable HTTP of a running team server ---------------------------------------------
+
+
+def remote_unauthorized(run: Run) -> None:
+    """Without a token `/mcp` is 401, its `WWW-Authenticate` naming the RFC 9728 metadata, served."""
+    import httpx2
+
+    assert run.mcp_http is not None
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "sbuf-conformance", "version": "1"}}}  # fmt: skip
+    with httpx2.Client(timeout=SERVE_TIMEOUT_S, trust_env=False) as http:
+        refused = http.post(run.mcp_http[0], json=initialize, headers={"Accept": "application/json, text/event-stream"})
+        expect(refused.status_code == 401, f"without a token: status {refused.status_code}, expected 401")
+        challenge = refused.headers.get("www-authenticate", "")
+        found = re.match(r'Bearer resource_metadata="([^"]+)"', challenge)
+        expect(found is not None, 'the 401 has no WWW-Authenticate: Bearer resource_metadata="…"')
+        assert found is not None
+        metadata = http.get(found.group(1))
+    expect(metadata.status_code == 200, f"the resource metadata: status {metadata.status_code}")
+    try:
+        document = metadata.json()
+    except ValueError:
+        document = None
+    expect(isinstance(document, dict) and isinstance(document.get("resource"), str),
+           "the resource metadata is not a JSON object naming its resource")  # fmt: skip
+
+
+def remote_initialize(run: Run) -> None:
+    initialized = run.remote.client.initialized
+    expect(initialized.server_info.name == "stormbuffer-mcp", f"serverInfo.name is {initialized.server_info.name!r}")
+    expect("untrusted evidence" in (initialized.instructions or ""), "the instructions do not call memory untrusted")
+
+
+def remote_missing(run: Run) -> None:
+    expect_code(run.remote.call("memory_get", {"id": MISSING_ID}), "not_found")
+
+
+def remote_receipts(run: Run) -> None:
+    expect_fresh_receipts([run.remote.call("memory_recall", {"query": "release"}) for _ in range(2)])
+
+
+def remote_secret_guard(run: Run) -> None:
+    """A secret in a write is refused (by the guard, or before it for a role that may not write)."""
+    call = run.remote.call("memory_remember", remember(f"Deploy with {TOKEN} today.", version=False))
+    expect(_code(call) in ("secret_detected", "permission_denied"), f"expected secret_detected, got {_code(call)}")
+    expect(TOKEN not in call.text, "the answer echoes the secret")
 
 
 # ---- aggregate checks over every answer of a door ----------------------------------------------------
@@ -679,6 +773,8 @@ AGGREGATES: list[tuple[str, tuple[str, str], tuple[int, str]]] = [
      (MAX_MCP_ENVELOPE, "every tool envelope is at most 122880 bytes")),
     (HTTP, ("transport", "a JSON body; status 200 iff ok, else the status of the error code"),
      (MAX_HTTP_BODY, "every answer body is at most 262143 bytes")),
+    (MCP_HTTP, ("structured-content", "content[0].text is structuredContent; isError iff not ok"),
+     (MAX_MCP_ENVELOPE, "every tool envelope is at most 122880 bytes")),
 ]  # fmt: skip
 
 
@@ -719,6 +815,20 @@ def catalogue() -> list[Check]:
         Check("http.host", http, "a foreign Host is 403 host_not_allowed", foreign_host),
         Check("http.origin", http, "a foreign Origin is 403 origin_not_allowed", foreign_origin),
     ]
+    remote = frozenset({MCP_HTTP})
+    found += [
+        Check("mcp-http.unauthorized", remote, "no token: 401 naming the served RFC 9728 metadata",
+              remote_unauthorized),
+        Check("mcp-http.initialize", remote, "server name and instructions", remote_initialize),
+        Check("mcp-http.tools", remote, "exactly the five tools, with their annotations and arguments",
+              lambda run: listed_tools(run.remote)),
+        Check("mcp-http.resources", remote, "no resources and the three resource templates",
+              lambda run: listed_resources(run.remote)),
+        Check("mcp-http.not-found", remote, "a missing record is not_found", remote_missing),
+        Check("mcp-http.behaviour.receipt", remote, "identical recalls differ only in receipt id, time",
+              remote_receipts),
+        Check("mcp-http.behaviour.secret-guard", remote, "a secret is refused and not echoed", remote_secret_guard),
+    ]  # fmt: skip
     found += [Check(f"equivalence.http.{ex.name}", served | invoke, "invoke and HTTP give the same envelope",
                     equivalent(ex, HTTP)) for ex in examples()]  # fmt: skip
     for door, transport, limit in AGGREGATES:

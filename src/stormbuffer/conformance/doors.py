@@ -1,5 +1,5 @@
-"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`, `POST /v1/invoke/{operation}`) and the record
-of every call made through them.
+"""The doors under test (`sbuf invoke`, `stormbuffer-mcp`, `POST /v1/invoke/{operation}`, MCP over
+Streamable HTTP at a team server's `/mcp`) and the record of every call made through them.
 
 Each call keeps what the aggregate checks need: the request, the raw answer text, the parsed
 envelope and, for MCP, whether the tool result kept its shape rules. Checks that look at every
@@ -16,16 +16,21 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stormbuffer.client.invoke import InvokeClient
 
 from .store import Place
 
+if TYPE_CHECKING:
+    from stormbuffer.client.mcp import McpClient
+
+
 INVOKE = "invoke"
 MCP = "mcp"
 HTTP = "http"
 HTTP_SERVE = "http-serve"  # the kit started the HTTP server itself, in its throwaway store
+MCP_HTTP = "mcp-http"  # MCP over Streamable HTTP of a running server, with a team token
 SERVE_TIMEOUT_S = 60.0  # a guard against a server that never listens or never stops
 TOOLS = {"context": "memory_recall", "get": "memory_get", "remember": "memory_remember", "update": "memory_update",
          "archive": "memory_forget"}  # fmt: skip
@@ -96,13 +101,25 @@ class InvokeDoor:
 
 
 class McpSession:
-    """One `<command> --stdio --project [grant]` session in a place of the throwaway store."""
+    """One MCP session whose tool calls are recorded as calls through `door`: `stdio` starts
+    `<command> --stdio --project [grant]`, `remote` connects to a running server's `/mcp`."""
 
-    def __init__(self, command: Sequence[str], recorder: Recorder, place: Place, writes: str) -> None:
+    def __init__(self, client: McpClient, recorder: Recorder, door: str = MCP) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.door = door
+
+    @classmethod
+    def stdio(cls, command: Sequence[str], recorder: Recorder, place: Place, writes: str) -> McpSession:
         from stormbuffer.client.mcp import McpClient
 
-        self.recorder = recorder
-        self.client = McpClient(command, view="project", writes=writes, cwd=place.cwd, env=place.env)
+        return cls(McpClient(command, view="project", writes=writes, cwd=place.cwd, env=place.env), recorder)
+
+    @classmethod
+    def remote(cls, url: str, token: str, recorder: Recorder) -> McpSession:
+        from .remote import RemoteMcpClient
+
+        return cls(RemoteMcpClient(url, token, SERVE_TIMEOUT_S), recorder, MCP_HTTP)
 
     def close(self) -> None:
         self.client.close()
@@ -123,7 +140,7 @@ class McpSession:
         elif result.is_error is not (structured.get("ok") is not True):
             problems.append(f"isError={result.is_error} does not match ok={structured.get('ok')}")
         envelope = structured if isinstance(structured, dict) else None
-        return self.recorder.add(Call(MCP, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))
+        return self.recorder.add(Call(self.door, OPERATION_OF.get(tool, tool), arguments, text, envelope, problems))
 
 
 class HttpDoor:

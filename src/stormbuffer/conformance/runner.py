@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .checks import Check, Failed, Run, catalogue
-from .doors import HTTP, HTTP_SERVE, INVOKE, MCP
+from .doors import HTTP, HTTP_SERVE, INVOKE, MCP, MCP_HTTP
 from .store import ThrowawayStore
 
 
@@ -74,15 +74,17 @@ def run(
     environ: Mapping[str, str] | None = None,
     http: str | None = None,
     http_serve: list[str] | None = None,
+    mcp_http: tuple[str, str] | None = None,
 ) -> Report:
     """Run the checks against `invoke` (e.g. `["sbuf"]`), `mcp` (e.g. `["stormbuffer-mcp"]`) and
     HTTP: a running server at `http` (e.g. `"http://127.0.0.1:7342"`), or `http_serve` (e.g.
-    `["sbuf"]`), which the kit starts as `CMD --project serve --port N` in its own places. The run
+    `["sbuf"]`), which the kit starts as `CMD --project serve --port N` in its own places, and MCP
+    over Streamable HTTP: `mcp_http` is a running team server's `/mcp` address and a token. The run
     works in a throwaway store that is removed afterwards. `environ` (default `os.environ`) is the
     environment the doors start from (PATH, and the prepared model its cache holds)."""
     if http and http_serve:
         raise ValueError("give either a running HTTP server or a command to serve one, not both")
-    given = ((INVOKE, invoke), (MCP, mcp), (HTTP, http or http_serve), (HTTP_SERVE, http_serve))
+    given = ((INVOKE, invoke), (MCP, mcp), (HTTP, http or http_serve), (HTTP_SERVE, http_serve), (MCP_HTTP, mcp_http))
     doors = {door for door, command in given if command}
     if not doors:
         raise ValueError("give at least one door to check")
@@ -90,7 +92,8 @@ def run(
     outcomes = []
     with ThrowawayStore(environ) as store:
         chosen = select(doors, patterns)
-        session = Run(store, invoke, mcp, selected=[check.id for check in chosen], http=http, http_serve=http_serve)
+        session = Run(store, invoke, mcp, selected=[check.id for check in chosen], http=http, http_serve=http_serve,
+                      mcp_http=mcp_http)  # fmt: skip
         try:
             for check in chosen:
                 outcome = run_check(check, session)

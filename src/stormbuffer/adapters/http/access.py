@@ -6,9 +6,10 @@
   `sbuf serve` prints) or the sign-in form: HttpOnly, SameSite=Strict, valid while this server
   process runs. Its holder is the person signed in (`kind` "person").
 - A team server (`sbuf serve --team`) takes the store's team tokens instead (`auth.tokens`), and
-  nothing else: each names its principal, a program with the token's role and scopes. Its review
-  page also takes the session cookie that signing in with a team token sets (`auth.sessions`),
-  bound to that token: revoking the token ends the session.
+  with an external issuer configured its JWTs (`auth.oidc`, checked on a worker thread since its
+  keys may need fetching), nothing else: each names its principal, a program with a role and scopes.
+  Its review page also takes the session cookie that signing in with a team token sets
+  (`auth.sessions`), bound to that token: revoking the token ends the session.
 - `/openapi.json`, `/static/…`, `/sign-in` and the team server's Protected Resource Metadata
   (RFC 9728, `/.well-known/oauth-protected-resource`) need neither (they hold no record). Anything
   else without a valid credential is 401: `unauthorized` with `WWW-Authenticate: Bearer` under
@@ -29,8 +30,9 @@ import secrets
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -47,6 +49,9 @@ from stormbuffer.protocol.errors import ProtocolError
 from .context import store_context
 from .errors import ApiError, error_response, json_response
 
+if TYPE_CHECKING:
+    from stormbuffer.auth.oidc import OidcIssuer
+
 SIGN_IN = "/sign-in"
 API_PREFIXES = ("/v1/", "/mcp", "/.well-known/")  # for programs: a browser's cookie is not their credential
 RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
@@ -55,6 +60,7 @@ PUBLIC_PREFIXES = ("/static/",)
 UNAUTHORIZED = "send the token `sbuf auth token` prints as `Authorization: Bearer <token>`"
 TEAM_UNAUTHORIZED = "send a valid team token (`sbuf team token create`) as `Authorization: Bearer <token>`"
 NOT_FOUND = "record was not found"
+TEAM_TOKEN_PREFIX = "sbt_"
 
 
 @dataclass(frozen=True)
@@ -68,12 +74,14 @@ class Credentials:
     person: Principal = field(default_factory=lambda: local_user("person"))  # who holds the session
     team: TeamTokens | None = None
     sessions: TeamSessions | None = None  # a team server's review-page sessions
+    resource: str | None = None  # a team server's public URL, when set: its name in metadata and challenges
+    oidc: OidcIssuer | None = None  # a team server's external issuer, whose JWTs it also takes
 
     @classmethod
-    def for_team(cls, tokens: TeamTokens) -> Credentials:
-        """A team server's: the store's team tokens and the sessions they open, and no local token or
-        session (never shown)."""
-        return cls(secrets.token_urlsafe(32), team=tokens, sessions=TeamSessions(tokens))
+    def for_team(cls, tokens: TeamTokens, resource: str | None = None, oidc: OidcIssuer | None = None) -> Credentials:
+        """A team server's: the store's team tokens and the sessions they open (and the JWTs of `oidc`,
+        when given), and no local token or session (never shown); `resource` is its public URL, if any."""
+        return cls(secrets.token_urlsafe(32), team=tokens, sessions=TeamSessions(tokens), resource=resource, oidc=oidc)
 
     def cookie_name(self, port: int | None) -> str:
         """Cookies are shared by every port of a host: the port keeps two servers' sessions apart."""
@@ -105,8 +113,18 @@ class Credentials:
         found = cookie.get(self.cookie_name(_port(scope)))
         return found.value if found is not None else None
 
+    def may_fetch(self, scope: Scope) -> bool:
+        """Whether checking this request's credential may wait on the network (an issuer's JWT,
+        whose keys may need fetching): it is then checked on a worker thread."""
+        if self.oidc is None:
+            return False
+        scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and not given.strip().startswith(TEAM_TOKEN_PREFIX)
+
     def _team_principal(self, given: str) -> Principal | None:
         assert self.team is not None
+        if self.oidc is not None and given and not given.startswith(TEAM_TOKEN_PREFIX):
+            return self.oidc.verify(given)
         try:
             entry, state = self.team.find(given)
         except TokenError:  # a damaged token file opens nothing
@@ -118,13 +136,13 @@ class Credentials:
         if self.team is None:
             return "Bearer"
         presented = "authorization" in Headers(scope=scope)
-        metadata = f'Bearer resource_metadata="{resource_url(scope)}{RESOURCE_METADATA}"'
+        metadata = f'Bearer resource_metadata="{self.resource_url(scope)}{RESOURCE_METADATA}"'
         return metadata + (', error="invalid_token"' if presented else "")
 
-
-def resource_url(scope: Scope) -> str:
-    """This server as its clients name it: scheme and the `Host` the security checks admitted."""
-    return f"{scope.get('scheme', 'http')}://{Headers(scope=scope).get('host', '')}"
+    def resource_url(self, scope: Scope) -> str:
+        """This server as its clients name it: the public URL when set, else the scheme and the
+        `Host` the security checks admitted."""
+        return self.resource or f"{scope.get('scheme', 'http')}://{Headers(scope=scope).get('host', '')}"
 
 
 def _port(scope: Scope) -> int | None:
@@ -144,7 +162,10 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        principal = self.credentials.principal(scope)
+        if self.credentials.may_fetch(scope):
+            principal = await anyio.to_thread.run_sync(self.credentials.principal, scope)
+        else:
+            principal = self.credentials.principal(scope)
         if principal is None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
             team = self.credentials.team is not None
             if path.startswith(API_PREFIXES) or (team and "authorization" in Headers(scope=scope)):
@@ -217,12 +238,14 @@ def guard_write(caller: Principal, record: Record) -> None:
 
 
 async def resource_metadata(request: Request) -> Response:
-    """RFC 9728 Protected Resource Metadata of a team server (404 on a loopback server): the resource
-    and how it takes tokens. Tokens are made with `sbuf team token create`; there is no
-    authorization server to name yet."""
+    """RFC 9728 Protected Resource Metadata of a team server (404 on a loopback server): the resource,
+    how it takes tokens, and the external issuer whose JWTs it takes, if any (team tokens are made
+    with `sbuf team token create`)."""
     credentials: Credentials = request.app.state.credentials
     if credentials.team is None:
         raise ApiError(404, "not_found", "no route matches this path")
-    resource = resource_url(request.scope)
-    return json_response({"resource": resource, "bearer_methods_supported": ["header"],
+    document: dict[str, Any] = {"resource": credentials.resource_url(request.scope)}
+    if credentials.oidc is not None:
+        document["authorization_servers"] = [credentials.oidc.issuer]
+    return json_response({**document, "bearer_methods_supported": ["header"],
                           "resource_name": "Stormbuffer team server"})  # fmt: skip

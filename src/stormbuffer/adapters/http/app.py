@@ -4,15 +4,20 @@
 (the review pages) are matched after the API's (and a team server's MCP endpoint, `/mcp`) and sit
 behind the same middleware: the request log (which also marks every answer `nosniff` and, outside
 `/static/`, `no-store`), behind a proxy the proxy guard, the loopback guard, on a team server the
-audit trail, the credential check and the error mapping apply to every route. A route finds the
+audit trail, the credential check, on a team server each token's rate limit, and the error mapping
+apply to every route. A route finds the
 store through `store_context` and its caller through `access.allow`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
@@ -26,14 +31,20 @@ from stormbuffer.auth.audit import AuditTrail
 
 from . import invoke, records, search
 from .access import PUBLIC_PREFIXES, RESOURCE_METADATA, Authenticate, Credentials, resource_metadata
-from .audit import AuditRequests
+from .audit import AuditRequests, keep_pruned
 from .context import StoreContext
 from .errors import ApiError, error_response, from_core
 from .openapi import document_bytes
 from .proxy import ProxyGuard
+from .ratelimit import RateLimit
 from .security import LoopbackGuard
+from .team import TeamSettings
+
+if TYPE_CHECKING:
+    from .team_mcp import McpEndpoint
 
 logger = logging.getLogger("stormbuffer.http")
+Lifespan = Callable[[Any], contextlib.AbstractAsyncContextManager[None]]
 
 HTTP_ERRORS = {
     404: ("not_found", "no route matches this path"),
@@ -68,16 +79,23 @@ def build_app(
     credentials: Credentials,
     extra_routes: Sequence[BaseRoute] = (),
     proxy: str | None = None,
+    team: TeamSettings | None = None,
 ) -> Starlette:
     """The app serving `store` on the address `bound` to holders of `credentials`, with
-    `extra_routes` after the API's; behind the reverse proxy at `proxy` when given."""
-    audit, team_routes, lifespan = [], [], None
+    `extra_routes` after the API's; behind the reverse proxy at `proxy` when given; a team server
+    (`credentials.team`) run as `team` says (by default, `TeamSettings()`)."""
+    audit, limited, team_routes, lifespan = [], [], [], None
+    hosts: tuple[str, ...] = ()
     if credentials.team is not None:
         from .team_mcp import McpEndpoint
 
+        team = team or TeamSettings()
         trail = AuditTrail(credentials.team.paths)
         mcp = McpEndpoint(store, trail)
-        audit, team_routes, lifespan = [Middleware(AuditRequests, trail=trail)], [mcp.route()], mcp.lifespan
+        audit, team_routes = [Middleware(AuditRequests, trail=trail)], [mcp.route()]
+        lifespan = _team_lifespan(mcp, trail, team.audit_retention)
+        limited = [] if team.rate is None else [Middleware(RateLimit, rate=team.rate)]
+        hosts = team.allowed_hosts()
     forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(
         routes=[*api_routes(), *team_routes, *extra_routes],
@@ -85,9 +103,10 @@ def build_app(
         middleware=[
             Middleware(RequestLog),
             *forwarded,
-            Middleware(LoopbackGuard, bound=bound),
+            Middleware(LoopbackGuard, bound=bound, allowed=hosts),
             *audit,
             Middleware(Authenticate, credentials=credentials),
+            *limited,
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
@@ -95,6 +114,20 @@ def build_app(
     app.state.store = store
     app.state.credentials = credentials
     return app
+
+
+def _team_lifespan(mcp: McpEndpoint, trail: AuditTrail, retention: timedelta | None) -> Lifespan:
+    """A team server's lifespan: the MCP endpoint's, and the audit trail kept to `retention`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: object) -> AsyncIterator[None]:
+        async with mcp.lifespan(app), anyio.create_task_group() as tasks:
+            if retention is not None:
+                tasks.start_soon(keep_pruned, trail, retention)
+            yield
+            tasks.cancel_scope.cancel()
+
+    return lifespan
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -1,12 +1,14 @@
 """The team server's audit entries: one per request under `/v1/` and per review-page request (door
 `web`; signing in included, static files and the sign-in form not), refusals included, and one per
-MCP request refused before the MCP server (which appends one per tool call or resource read).
+MCP request refused (its token, its rate, its body, its protocol: any error status) before the MCP
+server (which appends one per tool call or resource read).
 
 `AuditRequests` (ASGI middleware, inside the security checks and around the credential check)
 appends, as the answer starts, who asked (the principal's name, None without a valid token),
 when, the door (`http`), the operation `allow` was asked for (None when refused before), the
 method and path (never the query), the status, the record id the path names and the record ids
 and receipt id a route noted with `note`. Nothing from the request's headers or body is kept.
+`keep_pruned` applies a retention (`sbuf serve --team --audit-retention`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,6 +31,7 @@ MCP_PATH = "/mcp"
 MAX_NAMED = 64  # characters of a record id named in the path that the entry keeps
 UNAUDITED_PREFIXES = ("/static/", "/.well-known/")  # hold no record
 UNAUDITED = frozenset({("/openapi.json", "GET"), ("/sign-in", "GET"), ("/favicon.ico", "GET")})
+PRUNE_EVERY_S = 3600.0
 
 
 def note(request: Request, records: Iterable[str] = (), receipt: str | None = None) -> None:
@@ -73,6 +78,20 @@ def append_entry(trail: AuditTrail, caller: Principal | None, door: str, operati
         logger.error("audit entry could not be written: %s", type(exc).__name__)
 
 
+async def keep_pruned(trail: AuditTrail, retention: timedelta) -> None:
+    """Drop the entries of `trail` older than `retention`, now and every `PRUNE_EVERY_S`, on a worker
+    thread; a failure is logged by class name and tried again next time."""
+    while True:
+        try:
+            dropped = await anyio.to_thread.run_sync(trail.prune, datetime.now(UTC) - retention)
+        except OSError as exc:
+            logger.error("audit trail could not be pruned: %s", type(exc).__name__)
+        else:
+            if dropped:
+                logger.info("audit trail pruned entries=%s", dropped)
+        await anyio.sleep(PRUNE_EVERY_S)
+
+
 def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
@@ -113,8 +132,8 @@ class AuditRequests:
     def _append(self, scope: Scope, status: int) -> None:
         state = scope.get("state", {})
         door = "mcp" if scope["path"] == MCP_PATH else "http" if scope["path"].startswith("/v1/") else "web"
-        if door == "mcp" and state.get("principal") is not None:
-            return  # the MCP server audits each call it answers
+        if door == "mcp" and state.get("principal") is not None and status < 400:
+            return  # the MCP server audited each call it answered; a refused request reached none
         named = scope.get("path_params", {}).get("id")
         records = [named] if isinstance(named, str) and len(named) <= MAX_NAMED else []
         append_entry(self.trail, state.get("principal"), door, state.get("operation"),

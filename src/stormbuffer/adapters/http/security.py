@@ -1,7 +1,8 @@
 """What keeps a loopback server from being used by other sites: checks on every request, before any route.
 
 - DNS rebinding: a request whose `Host` is neither the bound address nor `localhost` (each with or
-  without the server's port) is refused (403 `host_not_allowed`).
+  without the server's port), nor one of a team server's configured host names, is refused (403
+  `host_not_allowed`).
 - Cross-site requests from a browser: a state-changing request (anything but GET, HEAD, OPTIONS)
   may carry only the server's own `Origin`, scheme, host and port exactly (`http://127.0.0.1:7342`
   or `http://localhost:7342`; `https://…` over TLS), and a `Sec-Fetch-Site` of `same-origin` or
@@ -42,12 +43,19 @@ def host_names(bound: str) -> tuple[str, ...]:
     return (literal, "localhost")
 
 
-class LoopbackGuard:
-    """ASGI middleware applying the checks above to every HTTP request."""
+def host_name(host: str) -> str:
+    """The name part of a `Host` value: without its port, IPv6 brackets kept."""
+    return host if host.endswith("]") or ":" not in host else host.rsplit(":", 1)[0]
 
-    def __init__(self, app: ASGIApp, bound: str) -> None:
+
+class LoopbackGuard:
+    """ASGI middleware applying the checks above to every HTTP request; a team server's `allowed`
+    host names are also admitted in `Host`, with any port."""
+
+    def __init__(self, app: ASGIApp, bound: str, allowed: tuple[str, ...] = ()) -> None:
         self.app = app
         self.names = host_names(bound)
+        self.allowed = frozenset(allowed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,12 +72,14 @@ class LoopbackGuard:
         headers = Headers(scope=scope)
         port = (scope.get("server") or ("", None))[1]
         allowed = self._allowed_hosts(port)
-        if headers.get("host", "").lower() not in allowed or len(headers.getlist("host")) != 1:
+        host = headers.get("host", "").lower()
+        if (host not in allowed and host_name(host) not in self.allowed) or len(headers.getlist("host")) != 1:
             return 403, "host_not_allowed", "the Host header does not name this local server"
         if scope["method"] in SAFE_METHODS:
             return None
         origins = headers.getlist("origin")
-        if origins and (len(origins) > 1 or origins[0].lower() not in self._origins(scope.get("scheme", "http"), port)):
+        scheme = scope.get("scheme", "http")
+        if origins and (len(origins) > 1 or not self._own_origin(origins[0].lower(), scheme, port)):
             return 403, "origin_not_allowed", "cross-origin requests are refused"
         if headers.get("sec-fetch-site", "none").lower() not in ("same-origin", "none"):
             return 403, "origin_not_allowed", "cross-origin requests are refused"
@@ -85,6 +95,15 @@ class LoopbackGuard:
     def _allowed_hosts(self, port: int | None) -> frozenset[str]:
         with_port = (f"{name}:{port}" for name in self.names) if port else ()
         return frozenset((*self.names, *with_port))
+
+    def _own_origin(self, origin: str, scheme: str, port: int | None) -> bool:
+        """Whether `origin` is this server's: its bound names exactly, or a host name a team server was
+        told is its own (`--allow-host`, `--public-url`; behind a proxy the browser's scheme and port
+        are the proxy's)."""
+        if origin in self._origins(scheme, port):
+            return True
+        given_scheme, _, netloc = origin.partition("://")
+        return given_scheme in ("http", "https") and host_name(netloc) in self.allowed
 
     def _origins(self, scheme: str, port: int | None) -> frozenset[str]:
         """This server's own origins: scheme, host and port exactly (a browser leaves out the scheme's

@@ -1,14 +1,16 @@
 """Running the app with uvicorn on a loopback socket until SIGINT or SIGTERM.
 
 The socket is bound here (so a bind failure is one clear line and port 0 picks a free port), and
-the listening address is logged once it accepts connections. A signal stops accepting; requests
-in flight finish (within `GRACE_S`), then the process exits 0.
+the listening address is logged once it accepts connections. Under TLS, the handshake must end
+within the header timeout. A signal stops accepting; requests in flight finish (within `GRACE_S`),
+then the process exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import signal
@@ -22,11 +24,14 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from .connections import HEADER_TIMEOUT_S
+
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from .access import Credentials
     from .context import StoreContext
+    from .team import TeamSettings
 
 GRACE_S = 10.0
 BACKLOG = 2048
@@ -78,14 +83,16 @@ def loopback_server(
     extra_routes: Sequence[BaseRoute] = (),
     tls: tuple[str, str] | None = None,
     proxy: str | None = None,
+    team: TeamSettings | None = None,
 ) -> LoopbackServer:
     """The server of the app for `store` on the bound socket, for holders of `credentials`, over TLS
-    with `tls` (certificate and key files), behind the reverse proxy at `proxy`
-    (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit` stops it too)."""
+    with `tls` (certificate and key files), behind the reverse proxy at `proxy`, a team server run
+    as `team` says (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit`
+    stops it too)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
-    app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy)
+    app = build_app(store, sock.getsockname()[0], credentials, extra_routes, proxy, team)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
                             http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
@@ -105,7 +112,16 @@ class LoopbackServer(uvicorn.Server):
         self.warming: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
+        if self.config.ssl is None:
+            await super().startup(sockets)
+        else:  # uvicorn leaves asyncio's 60 s for a TLS handshake, uncounted by the connection cap
+            loop = asyncio.get_running_loop()
+            limited = functools.partial(loop.create_server, ssl_handshake_timeout=HEADER_TIMEOUT_S)
+            loop.create_server = limited  # type: ignore[method-assign]
+            try:
+                await super().startup(sockets)
+            finally:
+                del loop.create_server  # the loop's own method again
         if self.started:
             logger.info("Stormbuffer local API listening address=%s", self.address)
             self.warming = asyncio.ensure_future(self.store.read(self.store.warm_up))
