@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from tests import tools
 from tests.helpers import SBUF
-from tests.hosts.model_stub import ModelStub, Reply, Request, codex_config
+from tests.hosts.model_stub import ModelStub, Reply, Request, codex_config, pi_models
 from tests.http.conftest import sandbox_with_stores, start
 
 from .test_server import Team
@@ -118,3 +119,51 @@ def test_codex_over_streamable_http_recalls_and_proposes_as_its_token(team: Team
     log = ran.stdout[-3000:] + ran.stderr[-3000:]
     assert ran.returncode == 0, log
     assert_recalled_then_proposed(team, stub.responses(), "codex-bot", title, log)
+
+
+def test_pi_through_the_remote_relay_recalls_and_proposes_as_its_token(team: Team, tmp_path: Path) -> None:
+    """Pi has no MCP of its own: its MCP adapter extension (pinned beside Pi) starts the relay from
+    its `mcp.json` and offers the server's tools through its one `mcp` proxy tool."""
+    adapter = tools.install() / "pi-mcp-adapter" / "index.ts"
+    title = "Magnetar rollback owner"
+    agent_dir = tmp_path / "pi-agent"
+    agent_dir.mkdir()
+    relay = {"command": "stormbuffer-mcp", "args": ["--remote", f"{team.server.base_url}/mcp"]}
+    (agent_dir / "mcp.json").write_text(json.dumps({"mcpServers": {"stormbuffer": relay}}))
+
+    def proxied(tool: str, arguments: dict[str, Any]) -> Reply:
+        """A call through the adapter's proxy tool, which names the server's tools `<server>_<tool>`."""
+        proxy = {"tool": f"stormbuffer_{tool}", "args": json.dumps(arguments), "server": "stormbuffer"}
+        return Reply.call("mcp", proxy)
+
+    def model(request: Request) -> Reply:
+        if "requires_approval" in request.text:
+            return Reply.text_reply("Proposed one candidate for review.")
+        if SEEDED in request.text:
+            return proxied("memory_remember", candidate(title))
+        return proxied("memory_recall", QUERY)
+
+    env = host_env(team, "pi-bot", PI_CODING_AGENT_DIR=str(agent_dir), PI_OFFLINE="1")
+    with ModelStub(model) as stub:
+        (agent_dir / "models.json").write_text(pi_models(stub.base_url))
+        pi = subprocess.Popen(
+            [*tools.tool_command("pi"), "--provider", "stub", "--model", "stub-model", "--no-session",
+             "--mode", "rpc", "--extension", str(adapter)],
+            cwd=team.server.box.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert pi.stdin is not None
+            pi.stdin.write(json.dumps({"type": "prompt", "message": "Who owns magnetar rollbacks?"}) + "\n")
+            pi.stdin.flush()
+            deadline = time.monotonic() + HOST_TIMEOUT_S
+            while time.monotonic() < deadline and pi.poll() is None:
+                if any("requires_approval" in request.text for request in stub.responses()):
+                    break
+                time.sleep(0.1)
+            time.sleep(0.5)
+        finally:
+            pi.kill()
+            stdout, stderr = pi.communicate()
+    log = stdout[-3000:] + stderr[-3000:]
+    assert_recalled_then_proposed(team, stub.responses(), "pi-bot", title, log)
