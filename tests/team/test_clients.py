@@ -14,8 +14,8 @@ from stormbuffer_models.remember_result_schema import RememberResult
 
 from stormbuffer.adapters.mcp.remote import RemoteError
 from stormbuffer.client import HttpClient, ProtocolFailure, RemoteMcpClient
-from tests.http.conftest import sandbox_with_stores, start
 
+from .serving import serving_team
 from .test_server import Team
 
 STORED = "01900000-0000-7000-8000-00000000c11e"
@@ -28,14 +28,10 @@ def remember(title: str) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Iterator[Team]:
-    box = sandbox_with_stores(tmp_path_factory.mktemp("team-clients") / "sandbox", acquired_models)
-    server = start(box, "--team")
-    crew = Team(server)
-    crew.make("typed-bot", "agent")
-    crew.make("typed-reader", "reader")
-    server.write(STORED, title="Quasar build cache", body="The quasar build cache lives on the shared volume.\n")
-    yield crew
-    assert server.stop() == 0
+    roles = {"typed-bot": "agent", "typed-reader": "reader"}
+    stored = {STORED: ("Quasar build cache", "The quasar build cache lives on the shared volume.\n")}
+    with serving_team(tmp_path_factory.mktemp("team-clients") / "sandbox", acquired_models, roles, stored) as team:
+        yield team
 
 
 def test_the_http_client_returns_models_for_a_team_token(team: Team) -> None:

@@ -18,8 +18,8 @@ import pytest
 from tests import tools
 from tests.helpers import SBUF
 from tests.hosts.model_stub import ModelStub, Reply, Request, codex_config, pi_models
-from tests.http.conftest import sandbox_with_stores, start
 
+from .serving import serving_team
 from .test_server import Team
 
 HOST_TIMEOUT_S = 120
@@ -37,14 +37,10 @@ def candidate(title: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Iterator[Team]:
     """A team server on the project store holding one agent memory, and agent tokens for the hosts."""
-    box = sandbox_with_stores(tmp_path_factory.mktemp("team-hosts") / "sandbox", acquired_models)
-    server = start(box, "--team")
-    crew = Team(server)
-    crew.make("codex-bot", "agent")
-    crew.make("pi-bot", "agent")
-    server.write(SEEDED, title="Magnetar release constraint", body=SEED_TEXT)
-    yield crew
-    assert server.stop() == 0
+    roles = {"codex-bot": "agent", "pi-bot": "agent"}
+    stored = {SEEDED: ("Magnetar release constraint", SEED_TEXT)}
+    with serving_team(tmp_path_factory.mktemp("team-hosts") / "sandbox", acquired_models, roles, stored) as team:
+        yield team
 
 
 def host_env(team: Team, name: str, **extra: str) -> dict[str, str]:
