@@ -53,7 +53,8 @@ PROTOCOL = "2025-06-18"
 @dataclass
 class Tally:
     """What the clients saw: answers by kind, writes acknowledged (record id → token name),
-    connection failures with their times, and every unexpected answer."""
+    connection failures with their times, every unexpected answer, when each answer came, and the
+    titles of the writes answered busy."""
 
     answers: Counter[str] = field(default_factory=Counter)
     acknowledged: dict[str, str] = field(default_factory=dict)

@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from anyio.from_thread import start_blocking_portal
 from mcp.client.session import ClientSession
@@ -50,7 +50,7 @@ class _Session:
             self._stack.close()
             raise
 
-    def __enter__(self) -> _Session:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc: object) -> None:
