@@ -38,7 +38,7 @@ from .test_server import Team
 RECORDS = 10_000
 BASE_PREFIX = "01900000-0000-7000-8000-"  # the ids of the records the store starts with (`write_many`)
 CLIENTS = 64
-TOKENS = 4  # agent tokens, shared round robin by the clients
+TOKENS = 8  # agent tokens, shared round robin by the clients
 LOAD_S = 120.0  # how long the clients keep calling
 KILL_AT_S = 50.0  # when the server is killed (SIGKILL) and started again
 MAX_CALLS_PER_CLIENT = 1_500  # a bound on the count, whatever the speed
@@ -134,6 +134,10 @@ async def run_client(client: int, url: str, token: tuple[str, str], until: float
             except httpx2.HTTPError as exc:
                 tally.errors.append(f"{request['method']}: {type(exc).__name__}")
                 continue
+            if answer.status_code == 429:  # a rate limit: intended, wait as told
+                tally.answers["429"] += 1
+                await asyncio.sleep(min(float(answer.headers.get("Retry-After", "1")), 5.0))
+                continue
             if not initialized:
                 initialized = answer.status_code == 200 and "result" in answer.json()
                 if not initialized:
@@ -142,15 +146,11 @@ async def run_client(client: int, url: str, token: tuple[str, str], until: float
             title = request["params"]["arguments"].get("title")
             tally.answers[judge(answer, name, title, tally)] += 1
             tally.answered_at.append(time.monotonic())
-            if answer.status_code == 429:
-                await asyncio.sleep(min(float(answer.headers.get("Retry-After", "1")), 5.0))
 
 
 def judge(answer: httpx2.Response, name: str, title: str | None, tally: Tally) -> str:
     """The kind of one tool call's answer (a remember's is about `title`); an acknowledged write is
     noted, and so is a write answered busy, and an unexpected answer kept."""
-    if answer.status_code == 429:
-        return "429"
     try:
         envelope = json.loads(answer.json()["result"]["content"][0]["text"])
     except (ValueError, KeyError, IndexError, TypeError):
