@@ -1,12 +1,13 @@
 """A team server (`sbuf --project serve --team`) on a store of `--records` records, driven over
 loopback HTTP by real MCP clients (the SDK's client over Streamable HTTP at `/mcp`), each sending a
-team token. Measures:
+team token of its own. Measures:
 
 - `sbuf --version` (the machine's floor, timed in the same run: compare ratios across runs);
 - one client: `memory_recall` p50 and p95 (hybrid, budget 512), and beside it the same recall
   through `POST /v1/invoke/context` of the same server (what the MCP door adds);
 - `--clients` concurrent clients for `--seconds` (each call bounded by `--calls` per client): the
-  p50 and p99 of every recall, and the throughput, in two runs: *paced* (each client recalls,
+  p50 and p99 of every recall, the throughput and the server's CPU (cores used, CPU a recall:
+  what the machine's load leaves aside), in two runs: *paced* (each client recalls,
   then thinks `--think` seconds, as agents that recall before each prompt do) and *saturated* (no
   think time: every client calls again the moment it is answered, so latency is mostly queueing);
 - the server's resident memory (its process and any children) after the load, and the peak;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import statistics
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,9 @@ from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from team_auth import in_process, recall_timings  # noqa: E402
 
+from stormbuffer.auth import Role  # noqa: E402
+from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
+from stormbuffer.core.stores import record_scope  # noqa: E402
 from tests.helpers import SBUF, Sandbox  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "team_server.json"
@@ -79,6 +85,11 @@ class TeamServer:
             peak += status.get("VmHWM", 0) / 1024
         return now, peak
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user and system) the server has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
@@ -104,10 +115,18 @@ def _status(pid: int) -> dict[str, int]:
     return fields
 
 
+@dataclass
+class Phase:
+    """The recalls of one phase: the seconds of each measured one, and how many were answered."""
+
+    times: list[float] = field(default_factory=list)
+    answered: int = 0
+
+
 async def recall_client(url: str, token: str, seed: int, until: float, calls: int, think: float,
-                        times: list[float]) -> None:  # fmt: skip
+                        phase: Phase) -> None:  # fmt: skip
     """One SDK client: recalls (the corpus queries in turn) until `until` or `calls`, thinking `think`
-    seconds (± half) between, appending each recall's seconds to `times` (after `WARM_CALLS`
+    seconds (± half) between, noting each recall's seconds in `phase` (after `WARM_CALLS`
     unmeasured, or with a think time the first)."""
     rng = random.Random(seed)
     async with (
@@ -127,17 +146,19 @@ async def recall_client(url: str, token: str, seed: int, until: float, calls: in
             elapsed = time.perf_counter() - began
             if result.is_error:
                 raise SystemExit(f"a recall failed: {str(result.content)[:300]}")
+            phase.answered += 1
             if number >= WARM_CALLS or (think and number):
-                times.append(elapsed)
+                phase.times.append(elapsed)
             if think:
                 await asyncio.sleep(rng.uniform(think / 2, think * 1.5))
 
 
-async def many(url: str, token: str, clients: int, seconds: float, calls: int, think: float) -> list[float]:
-    times: list[float] = []
+async def many(url: str, tokens: list[str], seconds: float, calls: int, think: float) -> Phase:
+    """The recalls of one client per token, calling at once."""
+    phase = Phase()
     until = time.monotonic() + seconds
-    await asyncio.gather(*(recall_client(url, token, n, until, calls, think, times) for n in range(clients)))
-    return times
+    await asyncio.gather(*(recall_client(url, token, n, until, calls, think, phase) for n, token in enumerate(tokens)))
+    return phase
 
 
 def quantile(times: list[float], q: int) -> float:
@@ -162,6 +183,8 @@ def main() -> None:
     timed_run(["--version"], box.cwd, box.env)
     version = statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
     measured, token, _elsewhere = in_process(box)  # 100 tokens in the store; `token` an agent's
+    team = TeamTokens(paths)  # and one more for each client: a team server limits each token's rate
+    tokens = [team.create(f"client-{n}", Role.AGENT, (record_scope(paths),), None) for n in range(options.clients)]
     print(f"sbuf --version {version * 1000:.1f} ms; token check p50 {measured['team_token_check_p50'] * 1e6:.0f} µs",
           file=sys.stderr)  # fmt: skip
     del measured["audit_append_p50"]
@@ -176,12 +199,15 @@ def main() -> None:
         measured["one_client_api_context_p50"] = statistics.median(api)
         for run, think in (("paced", options.think), ("saturated", 0.0)):
             print(f"{run}: {options.clients} clients for {options.seconds:.0f} s ...", file=sys.stderr)
-            began = time.monotonic()
-            times = asyncio.run(many(server.url, token, options.clients, options.seconds, options.calls, think))
-            report[f"{run}_recalls"] = len(times)
-            report[f"{run}_per_second"] = round(len(times) / (time.monotonic() - began), 1)
-            measured[f"{run}_recall_p50"] = statistics.median(times)
-            measured[f"{run}_recall_p99"] = quantile(times, 99)
+            began, cpu = time.monotonic(), server.cpu_s()
+            phase = asyncio.run(many(server.url, tokens, options.seconds, options.calls, think))
+            wall = time.monotonic() - began
+            report[f"{run}_recalls"] = phase.answered
+            report[f"{run}_per_second"] = round(phase.answered / wall, 1)
+            report[f"{run}_server_cores"] = round((server.cpu_s() - cpu) / wall, 2)
+            report[f"{run}_server_cpu_ms_a_recall"] = round((server.cpu_s() - cpu) / phase.answered * 1000, 1)
+            measured[f"{run}_recall_p50"] = statistics.median(phase.times)
+            measured[f"{run}_recall_p99"] = quantile(phase.times, 99)
         rss, peak = server.memory_mb()
     finally:
         server.stop()
@@ -194,7 +220,10 @@ def main() -> None:
               f"meets target: {row['meets_target']}")  # fmt: skip
         row["milliseconds"] = round(seconds * 1000, 3)
     for run in ("paced", "saturated"):
-        print(f"{run:>26}: {report[f'{run}_recalls']} recalls, {report[f'{run}_per_second']} a second")
+        print(
+            f"{run:>26}: {report[f'{run}_recalls']} recalls, {report[f'{run}_per_second']} a second; the server "
+            f"used {report[f'{run}_server_cores']} cores, {report[f'{run}_server_cpu_ms_a_recall']} ms CPU a recall"
+        )
     print(f"{'server RSS':>26}: {rss:.0f} MB now, {peak:.0f} MB peak (target <= {RSS_TARGET_MB} MB)")
     save(RESULTS, report)
 
