@@ -54,8 +54,8 @@ def host_env(team: Team, name: str, **extra: str) -> dict[str, str]:
 
 
 def proposed_by(team: Team, title: str) -> list[dict[str, Any]]:
-    """The store's candidates titled `title`, as `memory_get` records (read with the reviewer's eyes
-    of `sbuf`)."""
+    """The store's candidates titled `title`, as `sbuf --project invoke get` answers them (read
+    locally, not through the server)."""
     box = team.server.box
     listed = box.sbuf("--project", "list", "--all")
     assert listed.returncode == 0, listed.stderr
