@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 from pydantic import BaseModel
 
-from .models import json_object, parse_envelope
+from .models import ProtocolFailure, json_object, parse_envelope
 from .operations import Operations
 
 DEFAULT_URL = "http://127.0.0.1:7342"
@@ -75,5 +75,11 @@ class HttpClient(Operations):
         return self.exchange(operation, json.dumps(body, ensure_ascii=False).encode("utf-8")).envelope()
 
     def call(self, operation: str, request: Mapping[str, Any]) -> BaseModel:
-        """The result model of `operation`; `ProtocolFailure` when the envelope reports a failure."""
-        return parse_envelope(operation, self.envelope(operation, request))
+        """The result model of `operation`; `ProtocolFailure` when the envelope reports a failure, or
+        when the server refused the request before the protocol saw it (the API's error body, e.g.
+        401 `unauthorized` or a team server's 403 `permission_denied`)."""
+        answer = self.envelope(operation, request)
+        error = answer.get("error")
+        if "ok" not in answer and isinstance(error, dict):
+            raise ProtocolFailure(operation, str(error.get("code")), str(error.get("message")))
+        return parse_envelope(operation, answer)

@@ -1,6 +1,7 @@
-"""`McpClient`: one `stormbuffer-mcp --stdio` session, driven by the official MCP SDK client.
+"""MCP clients driven by the official SDK client: `McpClient`, one `stormbuffer-mcp --stdio`
+session, and `RemoteMcpClient`, a team server's `/mcp` over Streamable HTTP with a team token.
 
-The SDK is asynchronous; the client runs it in a private event loop thread (an anyio blocking
+The SDK is asynchronous; each client runs it in a private event loop thread (an anyio blocking
 portal), so its methods are plain blocking calls.
 """
 
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from anyio.from_thread import start_blocking_portal
 from mcp.client.session import ClientSession
@@ -30,37 +31,17 @@ TOOLS = {
     "memory_forget": "archive",
 }
 WRITE_FLAGS = {"none": (), "candidates": ("--allow-candidate-writes",), "all": ("--allow-writes",)}
+Streams = tuple[Any, Any]
 
 
-class McpClient:
-    """A session with `command --stdio --<view> [write grant]`; use it as a context manager.
+class _Session:
+    """One initialized SDK session over the streams `transport` opens; use it as a context manager."""
 
-    `writes` is the host's write grant: `none` (read-only, the default), `candidates` (remember and
-    update) or `all` (also forget). What the server writes to standard error is discarded.
-    """
-
-    def __init__(
-        self,
-        command: Sequence[str] = ("stormbuffer-mcp",),
-        *,
-        view: str = "global",
-        writes: str = "none",
-        cwd: Path | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
-    ) -> None:
-        if view not in VIEWS or writes not in WRITE_FLAGS:
-            raise ValueError("unknown view or write grant")
-        program, *leading = command
-        args = [*leading, "--stdio", f"--{view}", *WRITE_FLAGS[writes]]
-        params = StdioServerParameters(command=program, args=args, cwd=cwd, env=None if env is None else dict(env))
-        self._stack = ExitStack()
+    def __init__(self, transport: AbstractAsyncContextManager[Streams], timeout: float, stack: ExitStack) -> None:
+        self._stack = stack
         try:
-            errlog = self._stack.enter_context(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
             self._portal = self._stack.enter_context(start_blocking_portal())
-            read, write = self._stack.enter_context(
-                self._portal.wrap_async_context_manager(stdio_client(params, errlog=errlog))
-            )
+            read, write = self._stack.enter_context(self._portal.wrap_async_context_manager(transport))
             self._session = self._stack.enter_context(
                 self._portal.wrap_async_context_manager(ClientSession(read, write, read_timeout_seconds=timeout))
             )
@@ -69,14 +50,14 @@ class McpClient:
             self._stack.close()
             raise
 
-    def __enter__(self) -> McpClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """End the session: the server sees end of input and exits."""
+        """End the session (a stdio server sees end of input and exits)."""
         self._stack.close()
 
     def tools(self) -> list[Tool]:
@@ -118,13 +99,71 @@ class McpClient:
         return self.call("memory_get", arguments)
 
     def remember(self, **arguments: Any) -> BaseModel:
-        """`memory_remember` → `RememberResult` (needs the `candidates` or `all` grant)."""
+        """`memory_remember` → `RememberResult` (a write grant, or an agent token, and up)."""
         return self.call("memory_remember", arguments)
 
     def update(self, **arguments: Any) -> BaseModel:
-        """`memory_update` → `UpdateResult` (needs the `candidates` or `all` grant)."""
+        """`memory_update` → `UpdateResult` (a write grant, or an agent token, and up)."""
         return self.call("memory_update", arguments)
 
     def forget(self, **arguments: Any) -> BaseModel:
-        """`memory_forget` → `ArchiveResult` (needs the `all` grant)."""
+        """`memory_forget` → `ArchiveResult` (the `all` grant, or a reviewer token, and up)."""
         return self.call("memory_forget", arguments)
+
+
+class McpClient(_Session):
+    """A session with `command --stdio --<view> [write grant]`.
+
+    `writes` is the host's write grant: `none` (read-only, the default), `candidates` (remember and
+    update) or `all` (also forget). What the server writes to standard error is discarded.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str] = ("stormbuffer-mcp",),
+        *,
+        view: str = "global",
+        writes: str = "none",
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        if view not in VIEWS or writes not in WRITE_FLAGS:
+            raise ValueError("unknown view or write grant")
+        program, *leading = command
+        args = [*leading, "--stdio", f"--{view}", *WRITE_FLAGS[writes]]
+        params = StdioServerParameters(command=program, args=args, cwd=cwd, env=None if env is None else dict(env))
+        stack = ExitStack()
+        errlog = stack.enter_context(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
+        super().__init__(stdio_client(params, errlog=errlog), timeout, stack)
+
+
+class RemoteMcpClient(_Session):
+    """A session with a team server's MCP endpoint (`url`, e.g. `http://127.0.0.1:7342/mcp`) over
+    Streamable HTTP, sending `Authorization: Bearer <token>`: `token` when given, else
+    `STORMBUFFER_TOKEN` of `env` (default: this process's environment). The token's role is the
+    write mode. Plain `http` is refused unless the address is loopback (`RemoteError`, which never
+    holds the token); proxies from the environment are never used."""
+
+    def __init__(
+        self, url: str, *, token: str | None = None, env: Mapping[str, str] | None = None, timeout: float = 120.0
+    ) -> None:
+        from stormbuffer.adapters.mcp.remote import TOKEN_VARIABLE, checked
+
+        source = {TOKEN_VARIABLE: token} if token is not None else (os.environ if env is None else env)
+        self.url, secret = checked(url, source)
+        super().__init__(_streamable_http(self.url, secret, timeout), timeout, ExitStack())
+
+
+@asynccontextmanager
+async def _streamable_http(url: str, token: str, timeout: float) -> AsyncIterator[Streams]:
+    """The SDK's Streamable HTTP streams to `url`, over an HTTP client that sends the token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout, trust_env=False) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+    ):
+        yield read, write
