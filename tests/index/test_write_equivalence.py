@@ -8,17 +8,29 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import Stemmer
 
+from stormbuffer.core.ids import new_record_id
+from stormbuffer.core.records import Record, Source
+from stormbuffer.core.repository import Repository
+from stormbuffer.core.timestamps import Timestamp
+from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body
+from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, STATS, problem
+from tests.stores import make_store
 
 DIGESTS = Path(__file__).parents[1] / "fixtures" / "chunking" / "digests.json"
 UNICODE = ["über", "İstanbul", "ﬁle", "naïve", "東京都", "Straße", "ΣΊΣΥΦΟΣ", "x_y", "v1.2.3", "İİ"]
 PLAIN = "deploy retry cache node timeout request latency worker queue shard replica the a of".split()
 # (max_tokens, max_words, exact_chunks) the bodies are cut with
+Postings = tuple[dict[str, list[tuple[str, int, int, int]]], dict[str, int]]  # see `plain_postings`
+SOURCE = Source("conversation", "test", "agent")
 LIMITS = [(256, 160, None), (256, 160, VECTOR_CHUNKS), (64, 40, None), (48, 30, 3)]
 
 
@@ -80,6 +92,71 @@ def test_chunks_are_those_of_the_line_by_line_chunker(name: str) -> None:
     body = bodies()[name]
     for limits in LIMITS:
         assert chunk_digest(body, limits) == expected[f"{name} {limits}"], limits
+
+
+def plain_postings(conn: sqlite3.Connection) -> Postings:
+    """Term → (record id, ordinal, weighted count, weighted length) of every chunk with it, and the
+    statistics, counted word by word from the chunks' retrieval texts."""
+    stem = Stemmer.Stemmer("english").stemWord
+    found: dict[str, list[tuple[str, int, int, int]]] = {}
+    chunks, total = 0, 0
+    rows = conn.execute("SELECT record_id, ordinal, retrieval_text FROM chunks ORDER BY id")
+    for record_id, ordinal, text in rows:
+        counts: Counter[str] = Counter()
+        length = 0
+        for field, weight in zip(text.split("\n", 5), FIELD_WEIGHTS, strict=False):
+            for word in re.findall(r"\w+", field):
+                counts[stem(word.lower())] += weight
+                length += weight
+        chunks, total = chunks + 1, total + length
+        for term, count in counts.items():
+            found.setdefault(term, []).append((record_id, ordinal, min(count, MAX_COUNT), min(length, MAX_COUNT)))
+    return found, {"chunks": chunks, "terms": total}
+
+
+def stored_postings(conn: sqlite3.Connection) -> Postings:
+    """The projection's postings with chunk ids named by (record id, ordinal), and its statistics."""
+    import numpy as np
+
+    names = dict((row[0], (row[1], row[2])) for row in conn.execute(
+        "SELECT id, record_id, ordinal FROM chunks"))  # fmt: skip
+    entry = np.dtype([("chunk", "<i4"), ("count", "<u2"), ("length", "<u2")])
+    found = {}
+    for term, packed in conn.execute("SELECT term, entries FROM postings"):
+        entries = np.frombuffer(packed, dtype=entry)
+        assert list(entries["chunk"]) == sorted(entries["chunk"])
+        found[term] = [(*names[int(e["chunk"])], int(e["count"]), int(e["length"])) for e in entries]
+    return found, json.loads(pj.get_setting(conn, STATS) or "{}")
+
+
+def test_postings_through_adds_edits_and_forgets_are_the_plain_count(tmp_path: Path) -> None:
+    paths = make_store(tmp_path)
+    repo = Repository(paths)
+    scope = repo.scope
+    texts = bodies()
+    names = ["mixed-3", "mixed-7", "log", "crlf", "one-paragraph", "mixed-11", "headings-only"]
+    now = Timestamp.now()
+    added = {}
+    for name in names:
+        record = Record(new_record_id(), f"Über {name} ΣΊΣΥΦΟΣ", "fact", scope, "active", "agent", now, now,
+                        tags=("ops", name), aliases=("İstanbul notes",), sources=(SOURCE,),
+                        body=texts[name])  # fmt: skip
+        added[name] = repo.add(record)
+
+    def check() -> None:
+        with pj.reading(paths.index_path) as conn:
+            assert problem(conn) is None
+            assert stored_postings(conn) == plain_postings(conn)
+
+    check()
+    for name, other in [("log", "mixed-5"), ("mixed-3", "mixed-3"), ("crlf", "blank")]:
+        current = repo.find(added[name].id)
+        edited = current.record.replace(body=texts[other] + "\nedited", updated_at=Timestamp.now())
+        repo.replace_if_unchanged(current, edited)
+        check()
+    for name in ["log", "mixed-7"]:
+        repo.forget(added[name].id)
+        check()
 
 
 if __name__ == "__main__":  # regenerate the digests (only from a chunker known to be right)
