@@ -69,6 +69,7 @@ _LIST_MARKER = re.compile(r"(?:[-*+]|[0-9]+[.)])[ \t]")
 _WORD = re.compile(r"\S+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LETTERS_OR_SYMBOL = re.compile(r"[A-Za-z]+|\S")
+_MARKUP_FIRST = frozenset("`~#-*+0123456789") | {""}  # first characters of lines that may not be plain text
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,9 @@ def _sections(body: str) -> list[_Section]:
     fence_close: str | None = None
     for line in _body_lines(body):
         stripped = line.lstrip()
+        if fence_close is None and stripped[:1] not in _MARKUP_FIRST:
+            builder.append(line)  # plain text: no fence, heading or list marker starts with its character
+            continue
         if fence_close is not None:
             builder.append(line)
             if stripped.startswith(fence_close):
