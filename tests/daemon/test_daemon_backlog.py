@@ -19,8 +19,8 @@ EXIT_BOUND_S = 600.0  # a bound for the exit, never a speed assertion
 def test_the_daemon_embeds_its_backlog_before_its_idle_exit(store: Store) -> None:  # noqa: F811
     store.seed()
     for number in range(RECORDS):
-        store.write(f"01900000-0000-7000-8000-{number:012d}", title=f"Magnetar note {number}",
-                    body=f"Magnetar note {number} says the build {number} needs checking after a release.\n")  # fmt: skip
+        body = f"Magnetar note {number} says the build {number} needs checking after a release.\n"
+        store.write(f"01900000-0000-7000-8000-{number:012d}", title=f"Magnetar note {number}", body=body)
     paths = resolve_store(View.PROJECT, store.box.cwd, PlatformDirs.from_environ(store.box.env))
     env = store.box.env_with(STORMBUFFER_DAEMON_IDLE_S="1")
     code, answers, _stderr = session(store.box, env=env)  # its recall syncs, embeds a few texts, leaves the rest
