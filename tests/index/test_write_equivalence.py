@@ -22,7 +22,7 @@ from stormbuffer.core.repository import Repository
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body
-from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, STATS, problem
+from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, STATS, _Accumulator, problem
 from tests.stores import make_store
 
 DIGESTS = Path(__file__).parents[1] / "fixtures" / "chunking" / "digests.json"
@@ -129,7 +129,11 @@ def stored_postings(conn: sqlite3.Connection) -> Postings:
     return found, json.loads(pj.get_setting(conn, STATS) or "{}")
 
 
-def test_postings_through_adds_edits_and_forgets_are_the_plain_count(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fold", [_Accumulator.FOLD, 37])  # 37: new entries grouped in many folds
+def test_postings_through_adds_edits_and_forgets_are_the_plain_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: int
+) -> None:
+    monkeypatch.setattr(_Accumulator, "FOLD", fold)
     paths = make_store(tmp_path)
     repo = Repository(paths)
     scope = repo.scope

@@ -33,7 +33,7 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, KeysView
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -198,14 +198,17 @@ def apply_changes(conn: sqlite3.Connection) -> None:
 
 
 class _Accumulator:
-    """Postings of new chunks, added in increasing chunk order, gathered in flat arrays (a whole
-    store's fit in memory) and grouped by term once, when first read."""
+    """Postings of new chunks, added in increasing chunk order. Entries are gathered in flat arrays
+    and grouped by term in one sort every `FOLD` entries (a whole store's fit in memory, at about
+    the packed size); `packed` joins a term's groups."""
+
+    FOLD = 1 << 20  # entries gathered before they are grouped
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}  # term → its number, in order of first appearance
-        self._columns = (array("i"), array("i"), array("i"), array("i"))  # term number, chunk, count, length
+        self._groups: list[list[np.ndarray]] = []  # per term number: its packed entries, fold by fold
+        self._columns = _columns()
         self._stems: dict[str, str] = {}
-        self._grouped: dict[str, np.ndarray] | None = None
 
     def add(self, chunk: int, text: str) -> int:
         """Add one chunk's terms; returns its weighted length."""
@@ -214,41 +217,56 @@ class _Accumulator:
         numbers, chunks, occurrences, lengths = self._columns
         numbers.extend([ids.setdefault(term, len(ids)) for term in counts])
         chunks.extend([chunk] * len(counts))
-        occurrences.extend(counts.values())
-        lengths.extend([total] * len(counts))
-        self._grouped = None
+        values = counts.values()
+        occurrences.extend(values if max(values, default=0) <= MAX_COUNT else [min(n, MAX_COUNT) for n in values])
+        lengths.extend([min(total, MAX_COUNT)] * len(counts))
+        if len(numbers) >= self.FOLD:
+            self._fold()
         return total
 
     @property
-    def entries(self) -> dict[str, np.ndarray]:
-        """Term → its packed postings, by chunk id."""
-        if self._grouped is None:
-            self._grouped = self._group()
-        return self._grouped
+    def terms(self) -> KeysView[str]:
+        """Every term with entries."""
+        return self._ids.keys()
 
     def packed(self, term: str) -> np.ndarray:
+        """The term's entries, by chunk id."""
         import numpy as np
 
-        found = self.entries.get(term)
-        return np.empty(0, dtype=_entry()) if found is None else found
+        self._fold()
+        number = self._ids.get(term)
+        groups = [] if number is None else self._groups[number]
+        return groups[0] if len(groups) == 1 else np.concatenate(groups) if groups else np.empty(0, dtype=_entry())
 
-    def _group(self) -> dict[str, np.ndarray]:
+    def _fold(self) -> None:
+        """Group the gathered entries by term (chunk order kept within each) and start gathering anew."""
         import numpy as np
 
         numbers, chunks, occurrences, lengths = (np.frombuffer(column, dtype=column.typecode)
                                                  for column in self._columns)  # fmt: skip
-        order = np.argsort(numbers, kind="stable")  # chunk order kept within each term
+        if not numbers.size:
+            return
+        order = np.argsort(numbers, kind="stable")
         table = np.empty(order.size, dtype=_entry())
-        table["chunk"] = chunks[order]
-        table["count"], table["length"] = (np.minimum(column[order], MAX_COUNT) for column in (occurrences, lengths))
-        starts = np.searchsorted(numbers[order], np.arange(len(self._ids) + 1))
-        return {term: table[starts[number] : starts[number + 1]] for term, number in self._ids.items()}
+        table["chunk"], table["count"], table["length"] = chunks[order], occurrences[order], lengths[order]
+        numbers = numbers[order]
+        del order
+        self._columns = _columns()
+        self._groups.extend([] for _ in range(len(self._ids) - len(self._groups)))
+        bounds = np.flatnonzero(np.diff(numbers)) + 1
+        for first, last in zip([0, *bounds.tolist()], [*bounds.tolist(), numbers.size], strict=True):
+            self._groups[int(numbers[first])].append(table[first:last])
+
+
+def _columns() -> tuple[array[int], array[int], array[int], array[int]]:
+    """Empty flat arrays of gathered entries: term number, chunk id, occurrences, chunk length."""
+    return array("i"), array("i"), array("H"), array("H")
 
 
 def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[int]]) -> None:
     import numpy as np
 
-    touched = sorted(new.entries.keys() | dropped.keys())
+    touched = sorted(new.terms | dropped.keys())
     for batch in _batches(touched):
         stored = dict(conn.execute(
             f"SELECT term, entries FROM postings WHERE term IN ({', '.join('?' * len(batch))})", batch))  # fmt: skip
@@ -257,7 +275,7 @@ def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[i
             entries = np.frombuffer(stored.get(term, b""), dtype=_entry())
             if term in dropped:
                 entries = entries[~np.isin(entries["chunk"], np.fromiter(dropped[term], dtype=np.int64))]
-            if term in new.entries:
+            if term in new.terms:
                 entries = np.concatenate([entries, new.packed(term)])
                 entries = entries[np.argsort(entries["chunk"], kind="stable")]
             if entries.size:
@@ -286,9 +304,9 @@ def problem(conn: sqlite3.Connection) -> str | None:
     stored = 0
     for term, entries in conn.execute("SELECT term, entries FROM postings"):
         stored += 1
-        if term not in expected.entries or expected.packed(term).tobytes() != entries:
+        if term not in expected.terms or expected.packed(term).tobytes() != entries:
             return "postings differ"
-    return None if stored == len(expected.entries) else "postings differ"
+    return None if stored == len(expected.terms) else "postings differ"
 
 
 def _batches(items: list[str]) -> Iterator[list[str]]:
