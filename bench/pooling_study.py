@@ -28,9 +28,11 @@ Usage: python bench/pooling_study.py [--data DIR] [--queries N] [--documents N] 
 from __future__ import annotations
 
 import argparse
+import atexit
 import gzip
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -100,6 +102,7 @@ def main() -> None:
     others = sorted(set(corpus) - set(judged))
     chosen = judged + random.Random(0).sample(others, max(0, min(len(others), options.documents - len(judged))))
     cache = Path(tempfile.mkdtemp(prefix="sbuf-pooling-")) / "cache"
+    atexit.register(shutil.rmtree, cache.parent, True)  # the model's copy goes with the run
     acquire_model(cache)
     embedder = load_embedder(cache)
 
