@@ -40,6 +40,15 @@ def test_one_pass_gives_the_text_its_usual_vector_and_each_span_its_own(embedder
     assert similarity[0, 0] > similarity[0, 1] + 0.2 and similarity[1, 1] > similarity[1, 0] + 0.2
 
 
+def test_a_span_is_pooled_as_the_model_pools_a_text_so_the_whole_text_gets_its_own_vector(
+    embedder: Embedder,
+) -> None:
+    texts = [TEXT, PASTA, "A short note."]
+    vectors, spans = embedder.embed_spans(texts, [[(0, len(text))] for text in texts])
+    for vector, own in zip(vectors, spans, strict=True):
+        assert np.abs(own[0] - vector).max() < 1e-5  # [CLS] and [SEP] counted, as the model's mean pooling does
+
+
 def test_the_graph_gives_token_states_and_a_graph_with_only_them_pools_spans_too(
     embedder: Embedder, token_state_model: bytes, model_cache: Callable[[str], Path]
 ) -> None:

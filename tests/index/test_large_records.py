@@ -120,8 +120,8 @@ def test_a_long_running_read_leaves_a_backlog_to_its_thread_and_answers_at_once(
         hits = search([store], "marmalade lighthouse keeper", SearchOptions(limit=3), embedder=embedder)
         assert hits and hits[0].record_id == record.id
         deadline = time.monotonic() + 300.0  # a guard against a hung thread, never a speed assertion
-        while not vectors_current(store, embedder) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while (fresh.backlog.running or not vectors_current(store, embedder)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the thread ends just after its last step made the vectors current
         assert vectors_current(store, embedder) and not fresh.backlog.running
         assert_matrix_matches_projection(store)
     finally:

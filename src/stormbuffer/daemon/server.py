@@ -98,6 +98,10 @@ class Shared:
         slot = model if acquire else _Prepared(model)
         return Session(selected_view, selected, dirs, slot, self.freshness, lock_wait=lock_wait_from(env))
 
+    def embedding(self) -> bool:
+        """Whether a store's backlog is being embedded (which keeps the daemon from its idle exit)."""
+        return self.freshness is not None and bool(self.freshness.embedding())
+
     def close(self) -> None:
         if self.freshness is not None:
             self.freshness.close()
@@ -252,15 +256,20 @@ class Daemon:
         tasks.cancel_scope.cancel()
 
     async def _idle_exit(self) -> None:
-        """Exit after `idle_s` without a connection, or once the socket was removed (its directory
-        deleted, for example): no door could reach this daemon any more."""
+        """Exit after `idle_s` without a connection and once no backlog is being embedded (a store's
+        reads are not left to embed it again), or once the socket was removed (its directory deleted,
+        for example): no door could reach this daemon any more."""
         while True:
             await anyio.sleep(min(1.0, self.idle_s / 4))
             if self._listener is not None and not self.place.socket.exists():
                 logger.info("the socket was removed: exiting")
                 self.stop()
                 return
-            if not self.sessions and time.monotonic() - self._last_active >= self.idle_s:
+            if (
+                not self.sessions
+                and time.monotonic() - self._last_active >= self.idle_s
+                and not self.shared.embedding()
+            ):
                 logger.info("idle for %.0f s: exiting", self.idle_s)
                 self.stop()
                 return

@@ -96,9 +96,11 @@ class Embedder:
         character span of it: [len(spans[i]), dimension] float32, unit length.
 
         A span's vector is the mean of the token states, from the text's own pass, of the tokens that
-        lie inside it, L2-normalised: the span is read in its text's context and costs no model call
-        of its own. A graph without token states embeds each span's text instead; so does a span
-        without tokens (nothing but special characters).
+        lie inside it and of the pass's [CLS] and [SEP], L2-normalised: the model's own mean pooling
+        over the attention mask, as for the span embedded alone, counts those two as well (so a span
+        over the whole text gets the text's own vector). The span is read in its text's context and
+        costs no model call of its own. A graph without token states embeds each span's text
+        instead; so does a span without tokens (nothing but special characters).
         """
         if len(spans) != len(texts):
             raise ValueError("embed_spans needs one list of spans per text")
@@ -121,11 +123,12 @@ class Embedder:
                     spans: Sequence[tuple[int, int]]) -> np.ndarray:  # fmt: skip
         starts = np.array([offset[0] if offset else -1 for offset in offsets])
         ends = np.array([offset[1] if offset else -1 for offset in offsets])
+        special = np.array([offset is None for offset in offsets])  # [CLS] and [SEP]
         out = np.empty((len(spans), self.dimension), dtype=np.float32)
         for row, (start, end) in enumerate(spans):
-            inside = (starts >= start) & (ends <= end) & (starts >= 0)
+            inside = (starts >= start) & (ends <= end) & ~special
             if inside.any():
-                out[row] = mean_pool_l2(states[None, : inside.size], inside[None, :])[0]
+                out[row] = mean_pool_l2(states[None, : inside.size], (inside | special)[None, :])[0]
             else:
                 out[row] = self.embed([text[start:end]])[0]
         return out

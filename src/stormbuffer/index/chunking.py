@@ -69,6 +69,7 @@ _LIST_MARKER = re.compile(r"(?:[-*+]|[0-9]+[.)])[ \t]")
 _WORD = re.compile(r"\S+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LETTERS_OR_SYMBOL = re.compile(r"[A-Za-z]+|\S")
+_MARKUP_FIRST = frozenset("`~#-*+0123456789") | {""}  # first characters of lines that may not be plain text
 
 
 @dataclass(frozen=True)
@@ -97,27 +98,33 @@ def chunk_body(
         raise ValueError("max_tokens and max_words must be positive")
     budget = _TokenBudget(count_tokens, max_tokens)
     chunks: list[Chunk] = []
-    for heading, text in _word_chunks(_sections(body), max_words):
+    for heading, text, words in _word_chunks(_sections(body), max_words):
         if exact_chunks is None or len(chunks) < exact_chunks:
             most = None if exact_chunks is None else exact_chunks - len(chunks)
             fitted, rest = _fit_chunk(title, heading, text, budget, most)
             for piece, embed_text in fitted:
                 chunks.append(Chunk(len(chunks), heading, piece, embed_text, len(piece.split())))
-            text = text[rest:]
-        for piece in _lexical_pieces(text, max_words):
-            chunks.append(Chunk(len(chunks), heading, piece, _embed_prefix(title, heading) + piece, len(piece.split())))
+            text, words = text[rest:], None
+        for piece, piece_words in _lexical_pieces(text, max_words, words):
+            chunks.append(Chunk(len(chunks), heading, piece, _embed_prefix(title, heading) + piece, piece_words))
     return chunks
 
 
-def _lexical_pieces(text: str, max_words: int) -> Iterator[str]:
+def _lexical_pieces(text: str, max_words: int, words: int | None = None) -> Iterator[tuple[str, int]]:
     """``text`` cut by words alone (chunks past the vector cap), each piece at most
-    ``LEXICAL_CHARS`` characters (a giant word is sliced)."""
-    for piece in _split_by_words(text, max_words):
+    ``LEXICAL_CHARS`` characters (a giant word is sliced), with its word count. ``words``: how many
+    words ``text`` has when known (a text within ``max_words`` is then one piece)."""
+    whole = words is not None and words <= max_words
+    for piece, piece_words in [(text, words or 0)] if whole else _split_by_words(text, max_words):
         piece = piece.strip("\n")
+        if len(piece) <= LEXICAL_CHARS:
+            if piece_words:
+                yield piece, piece_words
+            continue
         for start in range(0, len(piece), LEXICAL_CHARS):
             part = piece[start : start + LEXICAL_CHARS]
             if part.strip():
-                yield part
+                yield part, len(part.split())
 
 
 def sentences(text: str, min_words: int = SENTENCE_WORDS) -> list[str]:
@@ -254,6 +261,9 @@ def _sections(body: str) -> list[_Section]:
     fence_close: str | None = None
     for line in _body_lines(body):
         stripped = line.lstrip()
+        if fence_close is None and stripped[:1] not in _MARKUP_FIRST:
+            builder.append(line)  # plain text: no fence, heading or list marker starts with its character
+            continue
         if fence_close is not None:
             builder.append(line)
             if stripped.startswith(fence_close):
@@ -262,7 +272,7 @@ def _sections(body: str) -> list[_Section]:
         elif stripped.startswith(("```", "~~~")):
             fence_close = stripped[0] * 3
             builder.start(line, atomic=True)
-        elif (heading := _parse_heading(stripped)) is not None:
+        elif stripped[:1] == "#" and (heading := _parse_heading(stripped)) is not None:
             builder.heading(*heading)
         elif not stripped:
             builder.flush()
@@ -279,12 +289,13 @@ def _sections(body: str) -> list[_Section]:
 # --- Pass 2: word-limited chunks ----------------------------------------------------------------
 
 
-def _word_chunks(sections: list[_Section], max_words: int) -> Iterator[tuple[str | None, str]]:
+def _word_chunks(sections: list[_Section], max_words: int) -> Iterator[tuple[str | None, str, int | None]]:
+    """(heading, text, words) of each word-limited chunk; words None for an atomic section (not counted)."""
     pending: list[str] = []
     pending_heading: str | None = None
     pending_words = 0
     for section in sections:
-        words = len(section.text.split())
+        words = len(section.text.split(maxsplit=max_words))  # the count when within the limit, else above it
         mergeable = not section.atomic and words <= max_words
         if mergeable and pending and section.heading == pending_heading:
             if pending_words + 1 + words <= max_words:
@@ -292,27 +303,28 @@ def _word_chunks(sections: list[_Section], max_words: int) -> Iterator[tuple[str
                 pending_words += 1 + words
                 continue
         if pending:
-            yield pending_heading, "\n\n".join(pending)
+            yield pending_heading, "\n\n".join(pending), pending_words - (len(pending) - 1)
             pending = []
         if mergeable:
             pending, pending_heading, pending_words = [section.text], section.heading, words
         elif section.atomic:
-            yield section.heading, section.text
+            yield section.heading, section.text, None
         else:
-            for piece in _split_by_words(section.text, max_words):
-                yield section.heading, piece
+            for piece, piece_words in _split_by_words(section.text, max_words):
+                yield section.heading, piece, piece_words
     if pending:
-        yield pending_heading, "\n\n".join(pending)
+        yield pending_heading, "\n\n".join(pending), pending_words - (len(pending) - 1)
 
 
-def _split_by_words(text: str, max_words: int) -> Iterator[str]:
-    """Pieces of at most ``max_words`` words, cut at line boundaries unless one line is too long."""
+def _split_by_words(text: str, max_words: int) -> Iterator[tuple[str, int]]:
+    """Pieces of at most ``max_words`` words, cut at line boundaries unless one line is too long,
+    each with its number of words."""
     piece: list[str] = []
     piece_words = 0
     for line in text.split("\n"):
         words = len(line.split())
         if piece and piece_words + words > max_words:
-            yield "\n".join(piece)
+            yield "\n".join(piece), piece_words
             piece, piece_words = [], 0
         if words <= max_words:
             piece.append(line)
@@ -321,10 +333,10 @@ def _split_by_words(text: str, max_words: int) -> Iterator[str]:
         spans = [match.span() for match in _WORD.finditer(line)]
         tail_start = (len(spans) - 1) // max_words * max_words
         for start in range(0, tail_start, max_words):
-            yield line[spans[start][0] : spans[start + max_words - 1][1]]
+            yield line[spans[start][0] : spans[start + max_words - 1][1]], max_words
         piece, piece_words = [line[spans[tail_start][0] : spans[-1][1]]], len(spans) - tail_start
     if piece:
-        yield "\n".join(piece)
+        yield "\n".join(piece), piece_words
 
 
 # --- Token cap ----------------------------------------------------------------------------------

@@ -346,6 +346,12 @@ class FreshnessRegistry:
         """`sync_store` unless the store is known to be current (None then)."""
         return self.store(paths).sync(embedder)
 
+    def embedding(self) -> bool:
+        """Whether a store's backlog is being embedded in the background now."""
+        with self._lock:
+            stores = list(self._stores.values())
+        return any(store.backlog.running for store in stores)
+
     def changed(self, paths: StorePaths) -> None:
         """This process wrote records of `paths`."""
         with self._lock:

@@ -33,10 +33,10 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, KeysView
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,40 +71,54 @@ _TRIGGERS = (
 
 
 @cache
-def _stem() -> Callable[[str], str]:
+def _stemmer() -> Any:
     import Stemmer  # PyStemmer: Snowball's C stemmers; imported only where terms are made
 
-    return Stemmer.Stemmer("english").stemWord  # type: ignore[no-any-return]
+    return Stemmer.Stemmer("english")
 
 
 def words(text: str) -> list[str]:
     """Lowercased runs of Unicode letters, digits and `_`; everything else separates words."""
-    return [word.lower() for word in _WORD.findall(text)]
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    found = _WORD.findall(text)
+    # Lowered all at once: a line break is in no word and comes of no lowercasing, so the split gives
+    # each word lowered on its own (a final sigma too: case context does not cross a line break).
+    return "\n".join(found).lower().split("\n") if found else []
+
+
+def stems(found: list[str], known: dict[str, str] | None = None) -> list[str]:
+    """Each word's stem, in order; each distinct word is stemmed once (`known` carries the stems of
+    words seen before and gains the new ones)."""
+    known = {} if known is None else known
+    new = list(set(found).difference(known))
+    if new:
+        known.update(zip(new, _stemmer().stemWords(new), strict=True))
+    return list(map(known.__getitem__, found))
 
 
 def terms(text: str) -> list[str]:
     """The stemmed words of a text, in order: what the postings hold and what a query looks up."""
-    stem = _stem()
-    return [stem(word) for word in words(text)]
+    return stems(words(text))
 
 
 def query_terms(query: str) -> list[str]:
     """The distinct terms of a query, without stopwords unless it has nothing else."""
     found = words(query)
     content = [word for word in found if word not in STOPWORDS] or found
-    stem = _stem()
-    return list(dict.fromkeys(stem(word) for word in content))
+    return list(dict.fromkeys(stems(content)))
 
 
-def weighted_terms(retrieval_text: str) -> tuple[Counter[str], int]:
-    """A retrieval text's weighted count of each term, and its weighted length."""
+def weighted_terms(retrieval_text: str, known: dict[str, str] | None = None) -> tuple[Counter[str], int]:
+    """A retrieval text's weighted count of each term, and its weighted length (`known`: as `stems`)."""
+    known = {} if known is None else known
     counts: Counter[str] = Counter()
     length = 0
     for field, weight in zip(retrieval_text.split("\n", len(FIELD_WEIGHTS) - 1), FIELD_WEIGHTS, strict=False):
-        found = terms(field)
+        found = stems(words(field), known)
         length += weight * len(found)
-        for term in found:
-            counts[term] += weight
+        for _ in range(weight):  # each occurrence counts `weight` times
+            counts.update(found)
     return counts, length
 
 
@@ -160,8 +174,9 @@ def apply_changes(conn: sqlite3.Connection) -> None:
     stats = Stats.of(dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall()))
     dropped: dict[str, set[int]] = {}
     total = stats.terms
+    known: dict[str, str] = {}
     for chunk, text in removed.items():
-        counts, length = weighted_terms(text)
+        counts, length = weighted_terms(text, known)
         total -= length
         for term in counts:
             dropped.setdefault(term, set()).add(chunk)
@@ -183,39 +198,75 @@ def apply_changes(conn: sqlite3.Connection) -> None:
 
 
 class _Accumulator:
-    """Postings of new chunks, per term, in compact arrays (a whole store's fit in memory)."""
+    """Postings of new chunks, added in increasing chunk order. Entries are gathered in flat arrays
+    and grouped by term in one sort every `FOLD` entries (a whole store's fit in memory, at about
+    the packed size); `packed` joins a term's groups."""
+
+    FOLD = 1 << 20  # entries gathered before they are grouped
 
     def __init__(self) -> None:
-        self.entries: dict[str, tuple[array[int], array[int], array[int]]] = {}
+        self._ids: dict[str, int] = {}  # term → its number, in order of first appearance
+        self._groups: list[list[np.ndarray]] = []  # per term number: its packed entries, fold by fold
+        self._columns = _columns()
+        self._stems: dict[str, str] = {}
 
     def add(self, chunk: int, text: str) -> int:
         """Add one chunk's terms; returns its weighted length."""
-        counts, total = weighted_terms(text)
-        length = min(total, MAX_COUNT)
-        for term, count in counts.items():
-            found = self.entries.get(term)
-            if found is None:
-                found = self.entries[term] = (array("i"), array("H"), array("H"))
-            found[0].append(chunk)
-            found[1].append(min(count, MAX_COUNT))
-            found[2].append(length)
+        counts, total = weighted_terms(text, self._stems)
+        ids = self._ids
+        numbers, chunks, occurrences, lengths = self._columns
+        numbers.extend([ids.setdefault(term, len(ids)) for term in counts])
+        chunks.extend([chunk] * len(counts))
+        values = counts.values()
+        occurrences.extend(values if max(values, default=0) <= MAX_COUNT else [min(n, MAX_COUNT) for n in values])
+        lengths.extend([min(total, MAX_COUNT)] * len(counts))
+        if len(numbers) >= self.FOLD:
+            self._fold()
         return total
 
+    @property
+    def terms(self) -> KeysView[str]:
+        """Every term with entries."""
+        return self._ids.keys()
+
     def packed(self, term: str) -> np.ndarray:
+        """The term's entries, by chunk id."""
         import numpy as np
 
-        found = self.entries.get(term)
-        out = np.empty(0 if found is None else len(found[0]), dtype=_entry())
-        if found is not None:
-            for name, values in zip(("chunk", "count", "length"), found, strict=True):
-                out[name] = np.frombuffer(values, dtype=values.typecode)
-        return out
+        self._fold()
+        number = self._ids.get(term)
+        groups = [] if number is None else self._groups[number]
+        return groups[0] if len(groups) == 1 else np.concatenate(groups) if groups else np.empty(0, dtype=_entry())
+
+    def _fold(self) -> None:
+        """Group the gathered entries by term (chunk order kept within each) and start gathering anew."""
+        import numpy as np
+
+        numbers, chunks, occurrences, lengths = (np.frombuffer(column, dtype=column.typecode)
+                                                 for column in self._columns)  # fmt: skip
+        if not numbers.size:
+            return
+        order = np.argsort(numbers, kind="stable")
+        table = np.empty(order.size, dtype=_entry())
+        table["chunk"], table["count"], table["length"] = chunks[order], occurrences[order], lengths[order]
+        numbers = numbers[order]
+        del order
+        self._columns = _columns()
+        self._groups.extend([] for _ in range(len(self._ids) - len(self._groups)))
+        bounds = np.flatnonzero(np.diff(numbers)) + 1
+        for first, last in zip([0, *bounds.tolist()], [*bounds.tolist(), numbers.size], strict=True):
+            self._groups[int(numbers[first])].append(table[first:last])
+
+
+def _columns() -> tuple[array[int], array[int], array[int], array[int]]:
+    """Empty flat arrays of gathered entries: term number, chunk id, occurrences, chunk length."""
+    return array("i"), array("i"), array("H"), array("H")
 
 
 def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[int]]) -> None:
     import numpy as np
 
-    touched = sorted(new.entries.keys() | dropped.keys())
+    touched = sorted(new.terms | dropped.keys())
     for batch in _batches(touched):
         stored = dict(conn.execute(
             f"SELECT term, entries FROM postings WHERE term IN ({', '.join('?' * len(batch))})", batch))  # fmt: skip
@@ -224,7 +275,7 @@ def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[i
             entries = np.frombuffer(stored.get(term, b""), dtype=_entry())
             if term in dropped:
                 entries = entries[~np.isin(entries["chunk"], np.fromiter(dropped[term], dtype=np.int64))]
-            if term in new.entries:
+            if term in new.terms:
                 entries = np.concatenate([entries, new.packed(term)])
                 entries = entries[np.argsort(entries["chunk"], kind="stable")]
             if entries.size:
@@ -253,9 +304,9 @@ def problem(conn: sqlite3.Connection) -> str | None:
     stored = 0
     for term, entries in conn.execute("SELECT term, entries FROM postings"):
         stored += 1
-        if term not in expected.entries or expected.packed(term).tobytes() != entries:
+        if term not in expected.terms or expected.packed(term).tobytes() != entries:
             return "postings differ"
-    return None if stored == len(expected.entries) else "postings differ"
+    return None if stored == len(expected.terms) else "postings differ"
 
 
 def _batches(items: list[str]) -> Iterator[list[str]]:

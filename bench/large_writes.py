@@ -1,0 +1,105 @@
+"""What changing one large record costs: `sbuf add`, `edit` and `forget` of records of 10 KB, 1 MB and
+5 MB, each a real one-shot `sbuf` process (no daemon), beside `sbuf --version` timed in the same run.
+
+A project store of 20 everyday notes is built and synced once (`large_records.build`). For each size
+and each of `--repeats` rounds: `add` of a pasted log of that size (through an editor that appends the
+body, the way a person pastes one), `edit` of it (the editor appends one line), and
+`forget --destroy --yes`. Medians are reported, wall seconds and the child's CPU seconds (user +
+system: on a shared host it moves far less than wall time with the load), with each step's ratio
+to `sbuf --version` and the seconds each megabyte adds over the 10 KB record (`extra_s_per_mb`).
+
+Prints a table and writes bench/results/large_writes.json (or `--out`).
+
+Usage: python bench/large_writes.py [--sizes 10000,1000000,5000000] [--repeats 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from large_records import build, log_body, run, say  # noqa: E402
+from machine import machine  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "large_writes.json"
+SIZES = (10_000, 1_000_000, 5_000_000)
+STEPS = ("add_s", "edit_s", "forget_s", "add_cpu_s", "edit_cpu_s", "forget_cpu_s")
+
+
+def timed(args: list[str], project: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system of the child) and stdout of one `sbuf` run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, out = run(args, project, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, out
+
+
+def one_round(project: Path, env: dict[str, str], size: int, work: Path) -> dict[str, float]:
+    """Wall and CPU seconds of one add, edit and forget of a record of `size` bytes."""
+    body = work / "body.txt"
+    body.write_text(log_body(size), encoding="utf-8")
+    add = ["--project", "add", "--title", f"Pasted log {size}", "--body", "Log:", "--access", "agent"]
+    add_s, add_cpu, out = timed(add, project, env)
+    record_id = out.strip()
+    body.write_text("One more line, added by an edit.\n", encoding="utf-8")
+    edit_s, edit_cpu, _ = timed(["--project", "edit", record_id], project, env)
+    forget_s, forget_cpu, _ = timed(["--project", "forget", record_id, "--destroy", "--yes"], project, env)
+    return {"add_s": add_s, "edit_s": edit_s, "forget_s": forget_s,
+            "add_cpu_s": add_cpu, "edit_cpu_s": edit_cpu, "forget_cpu_s": forget_cpu}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sbuf-large-writes-bench")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    options = parser.parse_args()
+    started = time.monotonic()
+    project, _paths, env = build(options.work)
+    version = statistics.median(run(["--version"], project, env)[0] for _ in range(5))
+    rows: list[dict[str, Any]] = []
+    for size in (int(value) for value in options.sizes.split(",")):
+        say(f"{size:,} bytes …")
+        rounds = [one_round(project, env, size, options.work) for _ in range(max(options.repeats, 1))]
+        row: dict[str, Any] = {"size_bytes": size}
+        for step in STEPS:
+            row[step] = round(statistics.median(r[step] for r in rounds), 4)
+            if "cpu" not in step:
+                row[step.replace("_s", "_per_version")] = round(row[step] / version, 1)
+        rows.append(row)
+    small = rows[0]
+    for row in rows[1:]:
+        megabytes = (row["size_bytes"] - small["size_bytes"]) / 1e6
+        row["extra_s_per_mb"] = {step: round((row[step] - small[step]) / megabytes, 3) for step in STEPS}
+    report = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "version_s": round(version, 4),
+        "repeats": options.repeats,
+        "seconds": round(time.monotonic() - started, 1),
+        "results": rows,
+    }
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"sbuf --version: {version:.3f} s (median of 5)")
+    print(f"{'size':>10}" + "".join(f"{step:>14}" for step in STEPS))
+    for row in rows:
+        print(f"{row['size_bytes']:>10,}" + "".join(f"{row[step]:>14.2f}" for step in STEPS))
+    for row in rows[1:]:
+        extra = ", ".join(f"{step} {value:.2f}" for step, value in row["extra_s_per_mb"].items())
+        print(f"{row['size_bytes']:>10,}: seconds per MB over the smallest: {extra}")
+    print(f"load average: {report['machine']['load_average_at_end']}; saved to {options.out}")
+
+
+if __name__ == "__main__":
+    main()
