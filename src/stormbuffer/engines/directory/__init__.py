@@ -1,0 +1,1 @@
+"""The directory store: Markdown record files on disk, projected into a SQLite file."""
