@@ -1,0 +1,1 @@
+"""The PostgreSQL engine: records and their projection in one database with pgvector."""
