@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 import tomllib
@@ -30,6 +31,8 @@ from .locks import LockBusy, exclusive_lock
 from .scopes import GLOBAL, project_scope
 
 STORE_FORMAT_VERSION = 1
+DIRECTORY, POSTGRESQL = "directory", "postgresql"  # the record engines a store.toml can name
+DATABASE_URL_ENV = "STORMBUFFER_DATABASE_URL"  # the variable `init --engine postgresql` names
 PRIVATE_GITIGNORE = "*\n!.gitignore\n"
 SHARED_GITIGNORE = (
     "# Track only configuration, ignore rules, and canonical Markdown records.\n"
@@ -186,6 +189,8 @@ class StoreConfig:
     visibility: str  # "private" or "shared"
     project_id: str | None = None
     project_name: str | None = None
+    engine: str = DIRECTORY  # where the records live: "directory" (records/) or "postgresql"
+    database_url_env: str | None = None  # postgresql: the environment variable that holds the URL
 
     @property
     def record_scope(self) -> str:
@@ -202,10 +207,14 @@ class StoreConfig:
                 f"project_id = {toml_string(self.project_id)}",
                 f"project_name = {toml_string(self.project_name)}",
             ]
+        if self.engine != DIRECTORY:  # a directory store's file stays the reference's
+            url_env = toml_string(self.database_url_env or DATABASE_URL_ENV)
+            lines += [f"engine = {toml_string(self.engine)}", f"database_url_env = {url_env}"]
         return "\n".join(lines) + "\n"
 
 
-_CONFIG_KEYS = ("format_version", "scope", "visibility", "project_id", "project_name")
+_CONFIG_KEYS = ("format_version", "scope", "visibility", "project_id", "project_name", "engine", "database_url_env")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 def parse_config(text: str, expected_scope: str) -> StoreConfig:
@@ -225,18 +234,31 @@ def parse_config(text: str, expected_scope: str) -> StoreConfig:
     visibility = table.get("visibility")
     if visibility not in ("private", "shared"):
         raise StoreError(f"store.toml is invalid: visibility must be `private` or `shared`, got `{visibility}`")
+    engine, url_env = _parse_engine(table)
     project_id, project_name = table.get("project_id"), table.get("project_name")
     if scope == "global":
         if project_id is not None or project_name is not None:
             raise StoreError("store.toml is invalid: global stores must not contain project identity fields")
-        return StoreConfig(scope, visibility)
+        return StoreConfig(scope, visibility, engine=engine, database_url_env=url_env)
     if not isinstance(project_id, str) or not is_canonical_uuid(project_id):
         raise StoreError("store.toml is invalid: project stores require a valid project_id")
     if not valid_project_name(project_name):
         raise StoreError(
             "store.toml is invalid: project stores require a non-empty project_name without control characters"
         )
-    return StoreConfig(scope, visibility, project_id, project_name)
+    return StoreConfig(scope, visibility, project_id, project_name, engine, url_env)
+
+
+def _parse_engine(table: dict[str, object]) -> tuple[str, str | None]:
+    """The engine and its URL variable: absent (a directory store), or postgresql naming a variable."""
+    engine, url_env = table.get("engine", DIRECTORY), table.get("database_url_env")
+    if engine == DIRECTORY and url_env is None:
+        return DIRECTORY, None
+    if engine != POSTGRESQL:
+        raise StoreError(f"store.toml is invalid: engine must be `{DIRECTORY}` or `{POSTGRESQL}`")
+    if not isinstance(url_env, str) or not _ENV_NAME.fullmatch(url_env):
+        raise StoreError("store.toml is invalid: database_url_env must name an environment variable (A-Z, 0-9, _)")
+    return POSTGRESQL, url_env
 
 
 def valid_project_name(name: object) -> bool:

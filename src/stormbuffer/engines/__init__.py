@@ -1,0 +1,18 @@
+"""Record-storage engines behind one seam (`base`): the directory of Markdown files and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import RecordStore
+
+if TYPE_CHECKING:
+    from ..core.stores import StorePaths
+    from ..index.freshness import StoreFreshness
+
+
+def open_record_store(paths: StorePaths, scope: str, lock_wait: float, freshness: StoreFreshness | None) -> RecordStore:
+    """The engine the store's `store.toml` names, for a store of record scope `scope`."""
+    from .directory import DirectoryStore
+
+    return DirectoryStore(paths, scope, lock_wait, freshness)
