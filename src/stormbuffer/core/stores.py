@@ -302,8 +302,10 @@ def retrieval_stores(view: View, selected: StorePaths, dirs: PlatformDirs) -> li
     return stores
 
 
-def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
-    """Create the store if needed; return True when it was created. Idempotent."""
+def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | None = None) -> bool:
+    """Create the store if needed; return True when it was created. Idempotent. `engine`: where a new
+    store keeps its records (default: the directory); an existing store must already use it. A
+    PostgreSQL store's database is made ready (`STORMBUFFER_DATABASE_URL`) before `store.toml` is written."""
     if shared and paths.kind == "global":
         raise StoreError("shared stores require project scope")
     if shared and paths.gitignore.is_file() and not paths.config_file.exists():
@@ -317,13 +319,21 @@ def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
         with exclusive_lock(paths.mutation_lock):
             created = False
             if not paths.config_file.exists():
-                config = StoreConfig("global", "private")
+                chosen, url_env = (POSTGRESQL, DATABASE_URL_ENV) if engine == POSTGRESQL else (DIRECTORY, None)
+                config = StoreConfig("global", "private", engine=chosen, database_url_env=url_env)
                 if paths.kind == "project":
                     name = paths.root.parent.name or "project"
-                    config = StoreConfig("project", "shared" if shared else "private", new_record_id(), name)
+                    visibility = "shared" if shared else "private"
+                    config = StoreConfig("project", visibility, new_record_id(), name, chosen, url_env)
+                if url_env is not None:
+                    from ..engines.postgresql import prepare_database
+
+                    prepare_database(url_env)
                 write_atomic(paths.config_file, config.render().encode())
                 created = True
             config = read_config(paths)
+            if engine is not None and config.engine != engine:
+                raise StoreError(f"the store already keeps its records in the {config.engine} engine")
             if shared and config.visibility != "shared":
                 raise StoreError("store is already private; explicit shared initialization requires a shared store")
             if paths.kind == "project":
