@@ -1,4 +1,5 @@
-"""The directory engine: records as Markdown files under `records/`, byte-compatible with the reference."""
+"""The directory store: Markdown record files on disk (byte-compatible with the reference), projected
+into a SQLite file."""
 
 from .store import DirectoryStore, record_files, recover_interrupted
 
