@@ -14,7 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.records import Record
-from stormbuffer.core.stores import StorePaths
+from stormbuffer.core.stores import StorePaths, record_scope
 from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine_projection
 from stormbuffer.engines.postgresql import projection as pg
@@ -89,8 +89,8 @@ def loaded(tmp_path: Path, embedder: Embedder, postgres_url: str) -> Iterator[Lo
     engine = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         tables.create(conn, embedder.dimension)
-        project(conn, stored_records(paths), dimension=embedder.dimension, count_tokens=embedder.token_count,
-                embedder=embedder)  # fmt: skip
+        project(conn, record_scope(paths), stored_records(paths), dimension=embedder.dimension,
+                count_tokens=embedder.token_count, embedder=embedder)  # fmt: skip
     yield Loaded(paths, engine, embedder)
     engine.dispose()
 
@@ -99,7 +99,8 @@ def both(loaded: Loaded, query: str, options: SearchOptions) -> tuple[Ranking, R
     """The ranking of `query` from the SQLite projection and from the PostgreSQL one."""
     options = effective_options([loaded.paths], options)
     in_sqlite = partial(engine_projection.reading, loaded.paths)
-    in_postgres = partial(pg.reading, loaded.engine, loaded.paths.root, dimension=loaded.embedder.dimension)
+    in_postgres = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root,
+                          dimension=loaded.embedder.dimension)  # fmt: skip
     return (rank_projections([in_sqlite], query, options, embedder=loaded.embedder),
             rank_projections([in_postgres], query, options, embedder=loaded.embedder))  # fmt: skip
 
@@ -136,11 +137,12 @@ def test_filters_and_removed_records_rank_the_same(loaded: Loaded) -> None:
         (loaded.paths.records / f"{record_id}.md").unlink()
     sync_store(loaded.paths, loaded.embedder)
     with loaded.engine.begin() as conn:
-        unproject(conn, gone, dimension=loaded.embedder.dimension)
+        unproject(conn, record_scope(loaded.paths), gone, dimension=loaded.embedder.dimension)
     for mode in ("lexical", "hybrid"):
         sqlite, postgres = both(loaded, "release database", SearchOptions(limit=20, mode=mode))
         assert not {hit.record_id for hit in sqlite.hits} & set(gone)
         assert_same(sqlite, postgres)
     with loaded.engine.connect() as conn:
-        counted = conn.execute(text("SELECT count(*), sum(length) FROM projection_chunks")).one()
-        assert tuple(conn.execute(text("SELECT chunks, terms FROM projection_stats")).one()) == tuple(counted)
+        counted = conn.execute(text("SELECT count(*), sum(length) FROM stormbuffer.projection_chunks")).one()
+        kept = conn.execute(text("SELECT chunks, terms FROM stormbuffer.projection_stats")).one()
+        assert tuple(kept) == tuple(counted)

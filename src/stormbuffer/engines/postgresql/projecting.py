@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...index import postings
 from ...index.sync import _chunk_vectors, record_chunks
-from .tables import HNSW_INDEX, tables
+from .schema import SCHEMA
+from .tables import HNSW_INDEX, Tables, tables
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -34,23 +35,24 @@ CHUNK_FIELDS = ("record_id", "ordinal", "heading", "text", "embed_text", "retrie
                 "embed_hash")  # fmt: skip
 
 
-def project(conn: Connection, items: Sequence[tuple[str, Record]], *, dimension: int,
+def project(conn: Connection, store: str, items: Sequence[tuple[str, Record]], *, dimension: int,
             count_tokens: Callable[[str], int], embedder: Embedder | None = None) -> int:  # fmt: skip
-    """Replace the projection of these (store-relative path, record) items in the caller's transaction,
-    with vectors when `embedder` is given; returns the chunks written."""
+    """Replace the projection of these (store-relative path, record) items of `store` (its record scope)
+    in the caller's transaction, with vectors when `embedder` is given; returns the chunks written."""
     from sqlalchemy import insert
 
     from ...index import projection as pj
     from ...index.chunking import VECTOR_CHUNKS
 
     found = tables(dimension)
-    unproject(conn, [record.id for _path, record in items], dimension=dimension)
+    unproject(conn, store, [record.id for _path, record in items], dimension=dimension)
     if not items:
         return 0
     conn.execute(insert(found.records), [
-        {"id": record.id, "scope": record.scope, "path": path, "title": record.title, "kind": record.kind,
-         "status": record.status, "access": record.access, "created_at": record.created_at.render(),
-         "aliases": _json(list(record.aliases)), "sources": _json([source.to_json() for source in record.sources])}
+        {"store": store, "id": record.id, "scope": record.scope, "path": path, "title": record.title,
+         "kind": record.kind, "status": record.status, "access": record.access,
+         "created_at": record.created_at.render(), "aliases": _json(list(record.aliases)),
+         "sources": _json([source.to_json() for source in record.sources])}
         for path, record in items
     ])  # fmt: skip
     rows = [row for path, record in items for row in record_chunks(record, path, count_tokens)]
@@ -58,7 +60,13 @@ def project(conn: Connection, items: Sequence[tuple[str, Record]], *, dimension:
         return 0
     weighted = [postings.weighted_terms(row[5]) for row in rows]
     values: list[dict[str, Any]] = [
-        {**dict(zip(CHUNK_FIELDS, row, strict=True)), "length": length, "embedding": None, "sentence_vectors": None}
+        {
+            **dict(zip(CHUNK_FIELDS, row, strict=True)),
+            "store": store,
+            "length": length,
+            "embedding": None,
+            "sentence_vectors": None,
+        }
         for row, (_counts, length) in zip(rows, weighted, strict=True)
     ]
     if embedder is not None:
@@ -67,62 +75,77 @@ def project(conn: Connection, items: Sequence[tuple[str, Record]], *, dimension:
             matrix, sentences = _chunk_vectors(embedder, [(rows[at][4], rows[at][3]) for at in wanted])
             for at, vector, blob in zip(wanted, matrix, sentences, strict=True):
                 values[at]["embedding"], values[at]["sentence_vectors"] = vector, blob
-            _set(conn, VECTOR_MODEL, pj.model_identity(embedder))
+            _set(conn, found, store, VECTOR_MODEL, pj.model_identity(embedder))
     ids = conn.execute(insert(found.chunks).returning(found.chunks.c.id, sort_by_parameter_order=True), values)
     entries: list[dict[str, Any]] = []
     for chunk_id, (counts, length) in zip(ids.scalars(), weighted, strict=True):
         stored = min(length, postings.MAX_COUNT)
-        entries.extend({"term": term, "chunk": chunk_id, "count": min(count, postings.MAX_COUNT), "length": stored}
-                       for term, count in counts.items())  # fmt: skip
+        entries.extend({"store": store, "term": term, "chunk": chunk_id, "count": min(count, postings.MAX_COUNT),
+                        "length": stored} for term, count in counts.items())  # fmt: skip
     if entries:
         conn.execute(insert(found.postings), entries)
-    _count(conn, len(rows), sum(length for _counts, length in weighted))
+    _count(conn, found, store, len(rows), sum(length for _counts, length in weighted))
     return len(rows)
 
 
-def unproject(conn: Connection, record_ids: Sequence[str], *, dimension: int) -> None:
+def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimension: int) -> None:
     """Remove these records' projection (chunks and postings follow) in the caller's transaction."""
     from sqlalchemy import delete, func, select
 
     if not record_ids:
         return
     found = tables(dimension)
-    chunks = found.chunks
+    chunks, records = found.chunks, found.records
     gone = conn.execute(select(func.count(), func.coalesce(func.sum(chunks.c.length), 0))
-                        .where(chunks.c.record_id.in_(record_ids))).one()  # fmt: skip
-    conn.execute(delete(found.records).where(found.records.c.id.in_(record_ids)))
+                        .where(chunks.c.store == store, chunks.c.record_id.in_(record_ids))).one()  # fmt: skip
+    conn.execute(delete(records).where(records.c.store == store, records.c.id.in_(record_ids)))
     if gone[0]:
-        _count(conn, -int(gone[0]), -int(gone[1]))
+        _count(conn, found, store, -int(gone[0]), -int(gone[1]))
 
 
 def ensure_vector_index(conn: Connection) -> bool:
     """Build the HNSW index once the projection holds `HNSW_FROM` vectors; True when it exists."""
     from sqlalchemy import text
 
-    if conn.execute(text("SELECT to_regclass(:name)"), {"name": HNSW_INDEX}).scalar() is not None:
+    name = f"{SCHEMA}.{HNSW_INDEX}"
+    if conn.execute(text("SELECT to_regclass(:name)"), {"name": name}).scalar() is not None:
         return True
-    vectors = conn.execute(text("SELECT count(*) FROM projection_chunks WHERE embedding IS NOT NULL")).scalar()
-    if int(vectors or 0) < HNSW_FROM:
+    vectors = conn.execute(text(f"SELECT count(*) FROM {SCHEMA}.projection_chunks WHERE embedding IS NOT NULL"))
+    if int(vectors.scalar() or 0) < HNSW_FROM:
         return False
-    conn.execute(text(f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON projection_chunks "
+    conn.execute(text(f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON {SCHEMA}.projection_chunks "
                       f"USING hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
                       f"ef_construction = {HNSW_EF_CONSTRUCTION})"))  # fmt: skip
     return True
 
 
-def _count(conn: Connection, chunks: int, terms: int) -> None:
-    from sqlalchemy import text
+def _count(conn: Connection, found: Tables, store: str, chunks: int, terms: int) -> None:
+    """Add to the store's chunk count and total weighted length (the BM25 statistics)."""
+    from sqlalchemy.dialects.postgresql import insert
 
-    conn.execute(text("UPDATE projection_stats SET chunks = chunks + :chunks, terms = terms + :terms WHERE id = 1"),
-                 {"chunks": chunks, "terms": terms})  # fmt: skip
+    stats = found.stats
+    statement = insert(stats).values(store=store, chunks=chunks, terms=terms)
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[stats.c.store],
+            set_={
+                "chunks": stats.c.chunks + statement.excluded.chunks,
+                "terms": stats.c.terms + statement.excluded.terms,
+            },
+        )
+    )
 
 
-def _set(conn: Connection, key: str, value: str) -> None:
-    from sqlalchemy import text
+def _set(conn: Connection, found: Tables, store: str, key: str, value: str) -> None:
+    from sqlalchemy.dialects.postgresql import insert
 
-    conn.execute(text("INSERT INTO projection_settings(key, value) VALUES (:key, :value) ON CONFLICT (key) "
-                      "DO UPDATE SET value = excluded.value WHERE projection_settings.value <> excluded.value"),
-                 {"key": key, "value": value})  # fmt: skip
+    settings = found.settings
+    statement = insert(settings).values(store=store, key=key, value=value)
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[settings.c.store, settings.c.key], set_={"value": value}, where=settings.c.value != value
+        )
+    )
 
 
 def _json(value: object) -> str:

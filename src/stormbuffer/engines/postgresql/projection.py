@@ -22,6 +22,7 @@ from ...index import postings
 from ...index import projection as pj
 from ..projection import ChunkRow, Nearest
 from .projecting import VECTOR_MODEL
+from .schema import SCHEMA
 from .tables import HNSW_INDEX, Tables, tables
 
 if TYPE_CHECKING:
@@ -35,9 +36,10 @@ MAX_EF_SEARCH = 1000  # pgvector's bound on hnsw.ef_search
 
 
 @contextmanager
-def reading(engine: Engine, store_root: Path, *, dimension: int, exact: bool = False) -> Iterator[PostgresProjection]:
-    """A read snapshot of the projection in `engine`'s database; `exact` searches vectors exactly even
-    where an HNSW index exists."""
+def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
+            exact: bool = False) -> Iterator[PostgresProjection]:  # fmt: skip
+    """A read snapshot of the projection of `store` (its record scope) in `engine`'s database; `exact`
+    searches vectors exactly even where an HNSW index exists."""
     from sqlalchemy import func, select, text
 
     found = tables(dimension)
@@ -45,17 +47,23 @@ def reading(engine: Engine, store_root: Path, *, dimension: int, exact: bool = F
         conn = conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
             conn.execute(text("SET TRANSACTION READ ONLY"))
-            settings = {key: value for key, value in conn.execute(select(found.settings.c.key, found.settings.c.value))}
-            chunks, terms = conn.execute(select(found.stats.c.chunks, found.stats.c.terms)).one()
+            kept = conn.execute(select(found.settings.c.key, found.settings.c.value)
+                                .where(found.settings.c.store == store))  # fmt: skip
+            settings = {key: value for key, value in kept}
+            counted = conn.execute(select(found.stats.c.chunks, found.stats.c.terms)
+                                   .where(found.stats.c.store == store)).one_or_none()  # fmt: skip
+            chunks, terms = counted or (0, 0)
             settings[postings.STATS] = json.dumps({"chunks": int(chunks), "terms": int(terms)})
             if VECTOR_MODEL in settings:
                 from ...index.chunking import VECTOR_CHUNKS
 
                 c = found.chunks.c
-                pending = conn.execute(select(func.count()).where(c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS))
+                pending = conn.execute(select(func.count()).where(c.store == store, c.embedding.is_(None),
+                                                                  c.ordinal < VECTOR_CHUNKS))  # fmt: skip
                 settings[pj.VECTOR_PENDING] = str(pending.scalar() or 0)
-            indexed = not exact and conn.execute(text("SELECT to_regclass(:name)"), {"name": HNSW_INDEX}).scalar()
-            yield PostgresProjection(conn, store_root, settings, found, indexed=bool(indexed))
+            index = f"{SCHEMA}.{HNSW_INDEX}"
+            indexed = not exact and conn.execute(text("SELECT to_regclass(:name)"), {"name": index}).scalar()
+            yield PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
 
 
 @dataclass
@@ -64,6 +72,7 @@ class PostgresProjection:
     query's vector search runs beside the lexical side): they take turns on the one connection."""
 
     conn: Connection
+    store: str
     store_root: Path
     settings: Mapping[str, str]
     found: Tables
@@ -107,7 +116,8 @@ class PostgresProjection:
         if not wanted:
             return {}
         c = self.found.chunks.c
-        statement = select(c.id, c.sentence_vectors).where(c.id.in_(wanted), c.sentence_vectors.is_not(None))
+        statement = select(c.id, c.sentence_vectors).where(c.id.in_(wanted), c.sentence_vectors.is_not(None),
+                                                            c.store == self.store)  # fmt: skip
         return {chunk: bytes(blob) for chunk, blob in self.rows(statement)}
 
     def vector_search(self, embedder: Embedder) -> PgVectorSearch | None:
@@ -123,10 +133,11 @@ class PostgresTerms:
     projection: PostgresProjection
 
     def own(self, term: str) -> bytes | None:
-        from sqlalchemy import select
+        from sqlalchemy import and_, select
 
         p = self.projection.found.postings.c
-        rows = self.projection.rows(select(p.chunk, p.count, p.length).where(p.term == term).order_by(p.chunk))
+        where = and_(p.store == self.projection.store, p.term == term)
+        rows = self.projection.rows(select(p.chunk, p.count, p.length).where(where).order_by(p.chunk))
         return _packed(rows) if rows else None
 
     def prefixed(self, term: str) -> list[bytes]:
@@ -135,9 +146,9 @@ class PostgresTerms:
         p = self.projection.found.postings.c
         if ord(term[-1]) < 0x10FFFF:
             after = term[:-1] + chr(ord(term[-1]) + 1)
-            where = and_(p.term > term, p.term < after)
+            where = and_(p.store == self.projection.store, p.term > term, p.term < after)
         else:
-            where = and_(p.term > term, func.left(p.term, len(term)) == term)
+            where = and_(p.store == self.projection.store, p.term > term, func.left(p.term, len(term)) == term)
         rows = self.projection.rows(select(p.term, p.chunk, p.count, p.length).where(where).order_by(p.term, p.chunk))
         grouped: dict[str, list[tuple[int, int, int]]] = {}
         for found, chunk, count, length in rows:
@@ -158,7 +169,8 @@ class PgVectorSearch:
         c, r = projection.found.chunks.c, projection.found.records.c
         distance = c.embedding.cosine_distance(query_vector).label("distance")
         base = _filtered(select(c.id, c.record_id, distance).join_from(projection.found.chunks,
-                         projection.found.records).where(c.embedding.is_not(None)), r, options)  # fmt: skip
+                         projection.found.records).where(c.store == projection.store, c.embedding.is_not(None)), r,
+                         options)  # fmt: skip
         take = records * 4
         while True:
             if projection.indexed:
@@ -185,7 +197,8 @@ class PgVectorSearch:
 
         c = self.projection.found.chunks.c
         statement = (select(c.id, c.embedding.cosine_distance(query_vector))
-                     .where(c.id.in_(list(chunks)), c.embedding.is_not(None)).order_by(c.id))  # fmt: skip
+                     .where(c.store == self.projection.store, c.id.in_(list(chunks)), c.embedding.is_not(None))
+                     .order_by(c.id))  # fmt: skip
         rows = self.projection.rows(statement)
         return [int(chunk) for chunk, _away in rows], [1.0 - float(away) for _chunk, away in rows]
 
