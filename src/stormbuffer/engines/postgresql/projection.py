@@ -84,8 +84,10 @@ class PostgresProjection:
         return PostgresTerms(self)
 
     def rows(self, statement: Any, parameters: Mapping[str, object] | None = None) -> list[Any]:
+        """The rows of `statement` (none for one that returns none, such as SET)."""
         with self.lock:
-            return list(self.conn.execute(statement, parameters))
+            result = self.conn.execute(statement, parameters)
+            return list(result) if result.returns_rows else []
 
     def chunk_rows(self, chunk_ids: Sequence[int], options: SearchOptions) -> Iterable[ChunkRow]:
         from sqlalchemy import select
