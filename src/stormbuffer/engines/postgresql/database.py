@@ -30,9 +30,9 @@ _REASONS = {  # SQLSTATE → what a person can act on
 SCHEMA_MISSING = "the database has no Stormbuffer tables yet (run `sbuf init --engine postgresql`)"
 
 
-def database_url(variable: str, environ: dict[str, str] | None = None) -> str:
-    """The URL in `variable`, as the SQLAlchemy psycopg dialect wants it."""
-    url = (os.environ if environ is None else environ).get(variable, "").strip()
+def database_url(variable: str) -> str:
+    """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it."""
+    url = os.environ.get(variable, "").strip()
     if not url:
         raise StoreError(f"{variable} is not set: this store keeps its records in the PostgreSQL database it names")
     scheme, sep, rest = url.partition("://")
