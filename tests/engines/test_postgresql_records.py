@@ -53,6 +53,16 @@ def rows(url: str) -> dict[str, bytes]:
     return {record_id: bytes(data) for record_id, data in found}
 
 
+def projected(url: str) -> dict[str, int]:
+    """Record id → how many chunks the projection holds for it."""
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT r.id, count(c.id) FROM stormbuffer.projection_records r "
+            "LEFT JOIN stormbuffer.projection_chunks c ON c.store = r.store AND c.record_id = r.id GROUP BY r.id"
+        ).fetchall()
+    return dict(found)
+
+
 def repository(box: Sandbox) -> Repository:
     return Repository(resolve_store(View.PROJECT, box.cwd, PlatformDirs(box.base / "data", box.base / "cache")))
 
@@ -116,6 +126,7 @@ def test_the_record_lifecycle_keeps_canonical_bytes_in_the_database(sandbox: San
     first = ok(sandbox.sbuf("--project", "add", "--title", "A durable fact", "--body", "Durable body text.")).strip()
     assert ok(sandbox.sbuf("--project", "list")) == f"{first}\tactive\tfact\t{scope}\tA durable fact\n"
     assert ok(sandbox.sbuf("--project", "show", first)) == rows(url)[first].decode() + "\n"
+    assert projected(url) == {first: 1}  # projected in the write's transaction
 
     rewrite = editor(sandbox, "rebody", "path.write_text(path.read_text().replace('Durable body', 'Edited body'))")
     ok(sandbox.sbuf("--project", "edit", first, env=sandbox.env_with(EDITOR=rewrite)))
@@ -140,6 +151,7 @@ def test_the_record_lifecycle_keeps_canonical_bytes_in_the_database(sandbox: San
 
     ok(sandbox.sbuf("--project", "forget", second, "--destroy", "--yes"))
     assert second not in rows(url)
+    assert set(projected(url)) == set(rows(url))
     line = failed(sandbox.sbuf("--project", "show", second))
     assert line == f"error: could not read record: record {second} was not found"
     assert not any((sandbox.project_root / "records").glob("*.md"))  # nothing went to files
@@ -234,8 +246,10 @@ def _writers(box: Sandbox, count: int, writes: int, name: str = "writer") -> lis
 
 
 def _consistent(url: str) -> dict[str, str]:
-    """Every row parses; every replacement's old record is superseded, every superseded one replaced."""
+    """Every row parses and is projected; every replacement's old record is superseded, every superseded
+    one replaced."""
     stored = {record_id: parse_markdown(data) for record_id, data in rows(url).items()}
+    assert set(projected(url)) == set(stored)
     replaced = {old for record in stored.values() for old in record.supersedes}
     for record in stored.values():
         assert all(stored[old].status == "superseded" for old in record.supersedes)

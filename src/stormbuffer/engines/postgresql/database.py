@@ -91,10 +91,13 @@ def connection(variable: str) -> Iterator[Connection]:
 
 
 def prepare_database(variable: str) -> None:
-    """Make the database ready for stores: pgvector, the `stormbuffer` schema and its tables (idempotent)."""
+    """Make the database ready for stores: pgvector, the `stormbuffer` schema, the records table and the
+    projection's tables (idempotent)."""
     from sqlalchemy import text
 
-    from .schema import SCHEMA, SCHEMA_VERSION, metadata, settings
+    from ...embedding.constants import DIMENSION
+    from .schema import SCHEMA_VERSION, metadata, settings
+    from .tables import create as projection_tables
 
     with connection(variable) as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"))
@@ -104,8 +107,7 @@ def prepare_database(variable: str) -> None:
                 f"the PostgreSQL database named by {variable} cannot be used: the server has no pgvector "
                 "extension (install pgvector 0.5 or later)"
             )
-        conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
-        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        projection_tables(conn, DIMENSION)  # pgvector, the schema and the projection's tables
         metadata.create_all(conn)
         found = conn.execute(settings.select().where(settings.c.name == "schema_version")).first()
         if found is None:
