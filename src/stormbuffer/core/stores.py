@@ -305,7 +305,9 @@ def retrieval_stores(view: View, selected: StorePaths, dirs: PlatformDirs) -> li
 def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | None = None) -> bool:
     """Create the store if needed; return True when it was created. Idempotent. `engine`: where a new
     store keeps its records (default: the directory); an existing store must already use it. A
-    PostgreSQL store's database is made ready (`STORMBUFFER_DATABASE_URL`) before `store.toml` is written."""
+    PostgreSQL store's database is made ready (its tables created when missing) before a new
+    `store.toml` is written, and again for an existing one (a `store.toml` copied from a directory store
+    with the engine added, for example)."""
     if shared and paths.kind == "global":
         raise StoreError("shared stores require project scope")
     if shared and paths.gitignore.is_file() and not paths.config_file.exists():
@@ -325,15 +327,14 @@ def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | N
                     name = paths.root.parent.name or "project"
                     visibility = "shared" if shared else "private"
                     config = StoreConfig("project", visibility, new_record_id(), name, chosen, url_env)
-                if url_env is not None:
-                    from ..engines.postgresql import prepare_database
-
-                    prepare_database(url_env)
+                _prepare_engine(config)
                 write_atomic(paths.config_file, config.render().encode())
                 created = True
             config = read_config(paths)
             if engine is not None and config.engine != engine:
                 raise StoreError(f"the store already keeps its records in the {config.engine} engine")
+            if not created:
+                _prepare_engine(config)
             if shared and config.visibility != "shared":
                 raise StoreError("store is already private; explicit shared initialization requires a shared store")
             if paths.kind == "project":
@@ -341,6 +342,14 @@ def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | N
             return created
     except LockBusy:
         raise MutationBusy() from None
+
+
+def _prepare_engine(config: StoreConfig) -> None:
+    """Ready the database of a PostgreSQL store; a directory store needs nothing."""
+    if config.engine == POSTGRESQL and config.database_url_env is not None:
+        from ..engines.postgresql import prepare_database
+
+        prepare_database(config.database_url_env)
 
 
 def tighten(paths: StorePaths) -> None:

@@ -30,9 +30,9 @@ _REASONS = {  # SQLSTATE → what a person can act on
 SCHEMA_MISSING = "the database has no Stormbuffer tables yet (run `sbuf init --engine postgresql`)"
 
 
-def database_url(variable: str, environ: dict[str, str] | None = None) -> str:
-    """The URL in `variable`, as the SQLAlchemy psycopg dialect wants it."""
-    url = (os.environ if environ is None else environ).get(variable, "").strip()
+def database_url(variable: str) -> str:
+    """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it."""
+    url = os.environ.get(variable, "").strip()
     if not url:
         raise StoreError(f"{variable} is not set: this store keeps its records in the PostgreSQL database it names")
     scheme, sep, rest = url.partition("://")
@@ -91,10 +91,13 @@ def connection(variable: str) -> Iterator[Connection]:
 
 
 def prepare_database(variable: str) -> None:
-    """Make the database ready for stores: pgvector, the `stormbuffer` schema and its tables (idempotent)."""
+    """Make the database ready for stores: pgvector, the `stormbuffer` schema, the records table and the
+    projection's tables (idempotent)."""
     from sqlalchemy import text
 
-    from .schema import SCHEMA, SCHEMA_VERSION, metadata, settings
+    from ...embedding.constants import DIMENSION
+    from .schema import SCHEMA_VERSION, metadata, settings
+    from .tables import create as projection_tables
 
     with connection(variable) as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"))
@@ -104,8 +107,7 @@ def prepare_database(variable: str) -> None:
                 f"the PostgreSQL database named by {variable} cannot be used: the server has no pgvector "
                 "extension (install pgvector 0.5 or later)"
             )
-        conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
-        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        projection_tables(conn, DIMENSION)  # pgvector, the schema and the projection's tables
         metadata.create_all(conn)
         found = conn.execute(settings.select().where(settings.c.name == "schema_version")).first()
         if found is None:

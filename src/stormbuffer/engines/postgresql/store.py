@@ -6,7 +6,9 @@ whatever process or host they run in, and the repository's checks (duplicate ids
 overlaps) see every earlier write. A replace or remove compares the row's bytes with what was read
 (compare-and-swap) and fails with Conflict when another writer, or someone working in `psql`,
 changed it meanwhile. Everything a write changes, the two rows of a supersession included, commits
-at once or not at all: a process killed mid-write leaves nothing behind.
+at once or not at all, together with the projection of what changed (`projecting`): every server
+reading the database sees a write and its chunks and postings at once, and a process killed
+mid-write leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -137,8 +139,13 @@ class PostgreSQLStore:
 
     @contextmanager
     def transaction(self) -> Iterator[PostgreSQLTransaction]:
+        from ...index.sync import token_counter
+
+        token_counter(self.paths)  # the tokenizer loads before the lock is taken, as in the directory engine
         with self._writing() as conn:
-            yield PostgreSQLTransaction(self, conn)
+            transaction = PostgreSQLTransaction(self, conn)
+            yield transaction
+            transaction.project()
 
     def write_all(self, writes: Sequence[FileWrite], progress: Progress | None) -> None:
         """Every row in the transaction `locked()` holds: all of them commit with it, or none."""
@@ -154,6 +161,7 @@ class PostgreSQLStore:
                 transaction.update(location, write.before, record, write.data)
             if progress is not None:
                 progress(done, len(writes))
+        transaction.project()
 
 
 class PostgreSQLTransaction:
@@ -162,6 +170,22 @@ class PostgreSQLTransaction:
     def __init__(self, store: PostgreSQLStore, conn: Connection) -> None:
         self.store = store
         self.conn = conn
+        self.written: dict[str, tuple[str, Record]] = {}  # id → (location, record) to project
+        self.removed: set[str] = set()  # ids whose projection goes
+
+    def project(self) -> None:
+        """Bring the projection along with what this transaction wrote, before it commits."""
+        from ...embedding.constants import DIMENSION
+        from ...index.sync import token_counter
+        from .projecting import project, unproject
+
+        if self.removed:
+            unproject(self.conn, self.store.scope, sorted(self.removed), dimension=DIMENSION)
+        if self.written:
+            items = list(self.written.values())
+            project(
+                self.conn, self.store.scope, items, dimension=DIMENSION, count_tokens=token_counter(self.store.paths)
+            )
 
     def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
         from .schema import records
@@ -207,6 +231,8 @@ class PostgreSQLTransaction:
         deleted = self.conn.execute(records.delete().where(*self._same_row(item.record.id, item.data)))
         if deleted.rowcount != 1:
             raise Conflict("record changed while it was being written")
+        self.written.pop(item.record.id, None)
+        self.removed.add(item.record.id)
 
     def supersede(self, old: StoredRecord, old_after: Record, new: Record, new_before: StoredRecord | None) -> None:
         """Both rows in this transaction: they commit together."""
@@ -226,6 +252,7 @@ class PostgreSQLTransaction:
         )
         if self.conn.execute(statement.on_conflict_do_nothing().returning(records.c.id)).first() is None:
             raise StoreIntegrityError("record destination already exists")
+        self.written[record.id] = (location, record)
 
     def update(self, location: str, before: bytes, record: Record, data: bytes) -> None:
         from .schema import records
@@ -237,6 +264,7 @@ class PostgreSQLTransaction:
         )
         if self.conn.execute(statement).rowcount != 1:
             raise Conflict("record changed while it was being written")
+        self.written[record.id] = (location, record)
 
     def _same_row(self, record_id: str, data: bytes) -> tuple[Any, ...]:
         from .schema import records
