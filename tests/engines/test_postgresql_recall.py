@@ -4,27 +4,16 @@ searchable at once, a read embeds the waiting chunks, and hybrid context answers
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import psycopg
-import pytest
 
-from tests.helpers import Sandbox, invoke, link_tree
+from tests.helpers import Sandbox, invoke
 
-VARIABLE = "STORMBUFFER_DATABASE_URL"
 RECORDS = {
     "Deploys need a green build": "Run the whole suite before tagging a release.",
     "Staging restores": "The staging database is restored from last night's snapshot every morning.",
     "Coffee": "The espresso machine on the third floor is descaled every second Friday.",
 }
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path, acquired_models: Path, postgres_url: str) -> Sandbox:
-    box = Sandbox.create(tmp_path)
-    link_tree(acquired_models, tmp_path / "cache" / "stormbuffer" / "models")
-    box.env.update({VARIABLE: postgres_url, "STORMBUFFER_NO_DAEMON": "1"})
-    return box
 
 
 def waiting_vectors(url: str) -> int:
@@ -33,7 +22,8 @@ def waiting_vectors(url: str) -> int:
     return int(count)
 
 
-def test_a_postgresql_store_recalls_what_was_written(sandbox: Sandbox, postgres_url: str) -> None:
+def test_a_postgresql_store_recalls_what_was_written(postgresql_sandbox: Sandbox, postgres_url: str) -> None:
+    sandbox = postgresql_sandbox
     assert sandbox.sbuf("--project", "init", "--engine", "postgresql").returncode == 0
     for title, body in RECORDS.items():
         added = sandbox.sbuf("--project", "add", "--access", "agent", "--title", title, "--body", body)
