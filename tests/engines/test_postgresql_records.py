@@ -18,11 +18,12 @@ from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.errors import Conflict
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, View, resolve_store
-from tests.helpers import Sandbox, editor, link_tree
+from tests.helpers import Sandbox, editor, invoke, link_tree
 from tests.postgres import PASSWORD, PostgresServer
 
 VARIABLE = "STORMBUFFER_DATABASE_URL"
 REFERENCE_STORE = Path(__file__).resolve().parents[1] / "fixtures" / "reference-store" / ".sbuf"
+SOME_ID = "01900000-0000-7000-8000-000000000001"
 ENGINE_LINES = f'engine = "postgresql"\ndatabase_url_env = "{VARIABLE}"\n'
 
 
@@ -109,6 +110,11 @@ def test_a_database_that_cannot_be_used_is_one_clear_error(sandbox: Sandbox, pos
         assert line.startswith("error: could not list records: ") and reason in line, line
         assert VARIABLE in line
         assert PASSWORD not in line and str(postgres_server.base) not in line and "127.0.0.1" not in line
+    envelope = invoke("get", {"version": 1, "id": SOME_ID}, cwd=sandbox.cwd, env=sandbox.env_with(**{VARIABLE: closed}))
+    assert envelope["error"] == {
+        "code": "internal_error",
+        "message": "the store's PostgreSQL database cannot be used; `sbuf list` on this store says why",
+    }
     fresh = sandbox.base / "fresh"
     fresh.mkdir()
     line = failed(sandbox.sbuf("--project", "init", "--engine", "postgresql", cwd=fresh,
