@@ -1,7 +1,7 @@
 """Reaching the database a PostgreSQL store's `store.toml` names through an environment variable.
 
 The URL is read from the variable when the store is opened and never written anywhere. Every
-failure becomes one StoreError naming the variable and the reason (not set, not a PostgreSQL URL,
+failure becomes one DatabaseUnavailable naming the variable and the reason (not set, not a PostgreSQL URL,
 unreachable, authentication failed, no such database, no pgvector, schema missing) and never the
 URL, its password or its host.
 """
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING
 
-from ...core.errors import StoreError
+from ...core.errors import DatabaseUnavailable, StoreError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
@@ -34,10 +34,12 @@ def database_url(variable: str) -> str:
     """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it."""
     url = os.environ.get(variable, "").strip()
     if not url:
-        raise StoreError(f"{variable} is not set: this store keeps its records in the PostgreSQL database it names")
+        raise DatabaseUnavailable(
+            f"{variable} is not set: this store keeps its records in the PostgreSQL database it names"
+        )
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
-        raise StoreError(f"{variable} is not a postgresql:// URL")
+        raise DatabaseUnavailable(f"{variable} is not a postgresql:// URL")
     return f"postgresql+psycopg://{rest}"
 
 
@@ -73,13 +75,15 @@ def reason(exc: BaseException) -> str:
 
 @contextmanager
 def talking_to(variable: str) -> Iterator[None]:
-    """Turn any database failure inside the block into a sanitized StoreError naming `variable`."""
+    """Turn any database failure inside the block into a sanitized DatabaseUnavailable naming `variable`."""
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     try:
         yield
     except (SQLAlchemyError, ArgumentError) as exc:
-        raise StoreError(f"the PostgreSQL database named by {variable} cannot be used: {reason(exc)}") from None
+        raise DatabaseUnavailable(
+            f"the PostgreSQL database named by {variable} cannot be used: {reason(exc)}"
+        ) from None
 
 
 @contextmanager
@@ -103,7 +107,7 @@ def prepare_database(variable: str) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"))
         available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
         if available is None:
-            raise StoreError(
+            raise DatabaseUnavailable(
                 f"the PostgreSQL database named by {variable} cannot be used: the server has no pgvector "
                 "extension (install pgvector 0.5 or later)"
             )
