@@ -252,7 +252,9 @@ def parse_config(text: str, expected_scope: str) -> StoreConfig:
 def _parse_engine(table: dict[str, object]) -> tuple[str, str | None]:
     """The engine and its URL variable: absent (a directory store), or postgresql naming a variable."""
     engine, url_env = table.get("engine", DIRECTORY), table.get("database_url_env")
-    if engine == DIRECTORY and url_env is None:
+    if engine == DIRECTORY:
+        if url_env is not None:
+            raise StoreError("store.toml is invalid: database_url_env belongs to a store with engine `postgresql`")
         return DIRECTORY, None
     if engine != POSTGRESQL:
         raise StoreError(f"store.toml is invalid: engine must be `{DIRECTORY}` or `{POSTGRESQL}`")
