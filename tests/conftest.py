@@ -1,5 +1,5 @@
-"""Fixtures shared by every test package: the real embedding model, built once per test run, and the
-stop of any daemon a test started."""
+"""Fixtures shared by every test package: the real embedding model, built once per test run, the real
+PostgreSQL server, started once per test run, and the stop of any daemon a test started."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from stormbuffer.embedding import DEFAULT_VARIANT, Embedder, acquire_model, load_embedder
 from tests.helpers import ENVIRONMENTS, run_sbuf, sbuf_env, stop_daemons
+from tests.postgres import PostgresServer, PostgresUnavailable
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -56,3 +57,21 @@ def acquired_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_sbuf("init", cwd=base, env=sbuf_env(base))
     assert result.returncode == 0, result.stderr
     return base / "cache" / "stormbuffer" / "models"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server with pgvector for the whole run (`tests/postgres.py`); a test that
+    needs it fails with the reason when it cannot start."""
+    try:
+        server = PostgresServer.start()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"the PostgreSQL test server did not start: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a fresh, empty database (with pgvector) of its own for this test."""
+    return postgres_server.create_database()

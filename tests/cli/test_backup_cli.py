@@ -10,8 +10,8 @@ import pytest
 
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.locks import exclusive_lock
-from stormbuffer.core.repository import record_files
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, resolve_store
+from stormbuffer.engines.directory import record_files
 from tests.helpers import Sandbox, link_tree, record_markdown, run_at_terminal, tree_digest
 
 FIRST = "01890a5d-ac96-774b-bcce-b30209900001"

@@ -17,8 +17,9 @@ import pytest
 
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.locks import exclusive_lock
-from stormbuffer.core.repository import Repository, record_files
+from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
+from stormbuffer.engines.directory import record_files
 from stormbuffer.index.sync import sync_store
 from tests.stores import write_many
 

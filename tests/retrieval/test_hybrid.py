@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.stores import StorePaths, View, record_scope
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.embedding import Embedder, EmbeddingFailed
+from stormbuffer.engines.directory.projection import MatrixSearch
 from stormbuffer.index.chunking import chunk_body, sentence_spans
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import ContextOptions, SearchOptions, context, ready_for_retrieval, search
@@ -196,13 +196,12 @@ def test_lexical_candidates_past_the_nearest_rows_are_fused_with_their_own_simil
 ) -> None:
     """A record the lexical side finds but the vector list left out (it holds the nearest records
     only) is weighed by its real similarity to the query, never by none."""
-    searching = importlib.import_module("stormbuffer.retrieval.search")  # the module, not its function
     query = "snapshots release espresso engineers production"  # a word of every record
     options = SearchOptions(limit=len(CORPUS))
     by_meaning = search([store], query, SearchOptions(limit=len(CORPUS), mode="semantic"), embedder=embedder)
     semantic = {hit.record_id: hit.vector_distance for hit in by_meaning}
-    real = searching.nearest_rows
-    monkeypatch.setattr(searching, "nearest_rows", lambda matrix, vector, opts, _records: real(matrix, vector, opts, 2))
+    real = MatrixSearch.nearest
+    monkeypatch.setattr(MatrixSearch, "nearest", lambda self, vector, opts, _records: real(self, vector, opts, 2))
     hits = search([store], query, options, embedder=embedder)
     assert len(hits) == len(CORPUS) == len(semantic)
     for hit in hits:

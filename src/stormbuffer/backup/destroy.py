@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InvalidInput
-from ..core.repository import Repository, record_files
+from ..core.repository import Repository
 from ..core.scopes import GLOBAL
 from ..core.stores import StorePaths, read_config
 from ..core.usage import canonical_bytes, disposable_bytes, projection_files, tree_bytes
+from ..engines.directory import record_files
 from .archive import decode_archive, encode_archive
 from .transfer import Progress, export_store, write_export
 

@@ -77,5 +77,5 @@ def import_archive(
     with repository.locked():
         plan = plan_import(archive, repository.scan(reading), repository.scope, paths.root, policies)
         writes = [staging.FileWrite(paths.root / item.destination, item.data, item.before) for item in plan.writes]
-        staging.commit(paths, writes, phase(progress, "Writing records"))
+        repository.engine.write_all(writes, phase(progress, "Writing records"))
     return plan

@@ -126,11 +126,17 @@ def _draft_options(function: Callable[..., Any]) -> Callable[..., Any]:
     is_flag=True,
     help="Make a project store shareable by tracking its configuration and canonical Markdown.",
 )
-def init(shared: bool) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(["directory", "postgresql"]),
+    help="Where a new store keeps its records: files under records/ (default), or the PostgreSQL "
+    "database in STORMBUFFER_DATABASE_URL.",
+)
+def init(shared: bool, engine: str | None) -> None:
     cli = current()
     paths = selected_store()
     with failing("could not initialize store"):
-        created = initialize_store(paths, shared=shared)
+        created = initialize_store(paths, shared=shared, engine=engine)
     out = cli.out()
     action = out.success("Initialized" if created else "Already initialized")
     suffix = " (shared)" if shared else ""

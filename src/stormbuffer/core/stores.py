@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 import tomllib
@@ -30,6 +31,8 @@ from .locks import LockBusy, exclusive_lock
 from .scopes import GLOBAL, project_scope
 
 STORE_FORMAT_VERSION = 1
+DIRECTORY, POSTGRESQL = "directory", "postgresql"  # the record engines a store.toml can name
+DATABASE_URL_ENV = "STORMBUFFER_DATABASE_URL"  # the variable `init --engine postgresql` names
 PRIVATE_GITIGNORE = "*\n!.gitignore\n"
 SHARED_GITIGNORE = (
     "# Track only configuration, ignore rules, and canonical Markdown records.\n"
@@ -186,6 +189,8 @@ class StoreConfig:
     visibility: str  # "private" or "shared"
     project_id: str | None = None
     project_name: str | None = None
+    engine: str = DIRECTORY  # where the records live: "directory" (records/) or "postgresql"
+    database_url_env: str | None = None  # postgresql: the environment variable that holds the URL
 
     @property
     def record_scope(self) -> str:
@@ -202,10 +207,14 @@ class StoreConfig:
                 f"project_id = {toml_string(self.project_id)}",
                 f"project_name = {toml_string(self.project_name)}",
             ]
+        if self.engine != DIRECTORY:  # a directory store's file stays the reference's
+            url_env = toml_string(self.database_url_env or DATABASE_URL_ENV)
+            lines += [f"engine = {toml_string(self.engine)}", f"database_url_env = {url_env}"]
         return "\n".join(lines) + "\n"
 
 
-_CONFIG_KEYS = ("format_version", "scope", "visibility", "project_id", "project_name")
+_CONFIG_KEYS = ("format_version", "scope", "visibility", "project_id", "project_name", "engine", "database_url_env")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 def parse_config(text: str, expected_scope: str) -> StoreConfig:
@@ -225,18 +234,33 @@ def parse_config(text: str, expected_scope: str) -> StoreConfig:
     visibility = table.get("visibility")
     if visibility not in ("private", "shared"):
         raise StoreError(f"store.toml is invalid: visibility must be `private` or `shared`, got `{visibility}`")
+    engine, url_env = _parse_engine(table)
     project_id, project_name = table.get("project_id"), table.get("project_name")
     if scope == "global":
         if project_id is not None or project_name is not None:
             raise StoreError("store.toml is invalid: global stores must not contain project identity fields")
-        return StoreConfig(scope, visibility)
+        return StoreConfig(scope, visibility, engine=engine, database_url_env=url_env)
     if not isinstance(project_id, str) or not is_canonical_uuid(project_id):
         raise StoreError("store.toml is invalid: project stores require a valid project_id")
     if not valid_project_name(project_name):
         raise StoreError(
             "store.toml is invalid: project stores require a non-empty project_name without control characters"
         )
-    return StoreConfig(scope, visibility, project_id, project_name)
+    return StoreConfig(scope, visibility, project_id, project_name, engine, url_env)
+
+
+def _parse_engine(table: dict[str, object]) -> tuple[str, str | None]:
+    """The engine and its URL variable: absent (a directory store), or postgresql naming a variable."""
+    engine, url_env = table.get("engine", DIRECTORY), table.get("database_url_env")
+    if engine == DIRECTORY:
+        if url_env is not None:
+            raise StoreError("store.toml is invalid: database_url_env belongs to a store with engine `postgresql`")
+        return DIRECTORY, None
+    if engine != POSTGRESQL:
+        raise StoreError(f"store.toml is invalid: engine must be `{DIRECTORY}` or `{POSTGRESQL}`")
+    if not isinstance(url_env, str) or not _ENV_NAME.fullmatch(url_env):
+        raise StoreError("store.toml is invalid: database_url_env must name an environment variable (A-Z, 0-9, _)")
+    return POSTGRESQL, url_env
 
 
 def valid_project_name(name: object) -> bool:
@@ -280,8 +304,12 @@ def retrieval_stores(view: View, selected: StorePaths, dirs: PlatformDirs) -> li
     return stores
 
 
-def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
-    """Create the store if needed; return True when it was created. Idempotent."""
+def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | None = None) -> bool:
+    """Create the store if needed; return True when it was created. Idempotent. `engine`: where a new
+    store keeps its records (default: the directory); an existing store must already use it. A
+    PostgreSQL store's database is made ready (its tables created when missing) before a new
+    `store.toml` is written, and again for an existing one (a `store.toml` copied from a directory store
+    with the engine added, for example)."""
     if shared and paths.kind == "global":
         raise StoreError("shared stores require project scope")
     if shared and paths.gitignore.is_file() and not paths.config_file.exists():
@@ -295,13 +323,20 @@ def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
         with exclusive_lock(paths.mutation_lock):
             created = False
             if not paths.config_file.exists():
-                config = StoreConfig("global", "private")
+                chosen, url_env = (POSTGRESQL, DATABASE_URL_ENV) if engine == POSTGRESQL else (DIRECTORY, None)
+                config = StoreConfig("global", "private", engine=chosen, database_url_env=url_env)
                 if paths.kind == "project":
                     name = paths.root.parent.name or "project"
-                    config = StoreConfig("project", "shared" if shared else "private", new_record_id(), name)
+                    visibility = "shared" if shared else "private"
+                    config = StoreConfig("project", visibility, new_record_id(), name, chosen, url_env)
+                _prepare_engine(config)
                 write_atomic(paths.config_file, config.render().encode())
                 created = True
             config = read_config(paths)
+            if engine is not None and config.engine != engine:
+                raise StoreError(f"the store already keeps its records in the {config.engine} engine")
+            if not created:
+                _prepare_engine(config)
             if shared and config.visibility != "shared":
                 raise StoreError("store is already private; explicit shared initialization requires a shared store")
             if paths.kind == "project":
@@ -309,6 +344,14 @@ def initialize_store(paths: StorePaths, *, shared: bool = False) -> bool:
             return created
     except LockBusy:
         raise MutationBusy() from None
+
+
+def _prepare_engine(config: StoreConfig) -> None:
+    """Ready the database of a PostgreSQL store; a directory store needs nothing."""
+    if config.engine == POSTGRESQL and config.database_url_env is not None:
+        from ..engines.postgresql import prepare_database
+
+        prepare_database(config.database_url_env)
 
 
 def tighten(paths: StorePaths) -> None:

@@ -33,10 +33,10 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, KeysView
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -141,7 +141,7 @@ class Stats:
     terms: int  # total weighted length of all chunks
 
     @classmethod
-    def of(cls, settings: dict[str, str]) -> Stats:
+    def of(cls, settings: Mapping[str, str]) -> Stats:
         stored = json.loads(settings.get(STATS, '{"chunks": 0, "terms": 0}'))
         return cls(int(stored["chunks"]), int(stored["terms"]))
 
@@ -317,8 +317,44 @@ def _batches(items: list[str]) -> Iterator[list[str]]:
 # ---- ranking -------------------------------------------------------------------------------
 
 
+class TermLookup(Protocol):
+    """Where a projection keeps its postings, as ranking reads them: packed entries (`entry_dtype`)."""
+
+    def own(self, term: str) -> bytes | None:
+        """The entries of exactly `term`, None when it is no term of the index."""
+
+    def prefixed(self, term: str) -> list[bytes]:
+        """The entries of each indexed term that `term` is a proper prefix of."""
+
+
+class SqliteTerms:
+    """The postings table of a SQLite projection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def own(self, term: str) -> bytes | None:
+        row = self.conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchone()
+        return None if row is None else row[0]  # type: ignore[no-any-return]
+
+    def prefixed(self, term: str) -> list[bytes]:
+        conn = self.conn
+        if ord(term[-1]) < 0x10FFFF:
+            after = term[:-1] + chr(ord(term[-1]) + 1)
+            rows = conn.execute("SELECT entries FROM postings WHERE term > ? AND term < ?", (term, after)).fetchall()
+        else:
+            rows = conn.execute("SELECT entries FROM postings WHERE term > ? AND substr(term, 1, ?) = ?",
+                                (term, len(term), term)).fetchall()  # fmt: skip
+        return [row[0] for row in rows]
+
+
+def entry_dtype() -> np.dtype:
+    """One posting: chunk id (int32), weighted occurrences and weighted chunk length (uint16), little-endian."""
+    return _entry()
+
+
 def rank(
-    conn: sqlite3.Connection, query_terms: Iterable[str], stats: Stats, limit: int
+    conn: sqlite3.Connection | TermLookup, query_terms: Iterable[str], stats: Stats, limit: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, BM25 scores) of the best `limit` chunks matching a query term, best first (ties by
     chunk id).
@@ -332,7 +368,8 @@ def rank(
     """
     import numpy as np
 
-    matched = [found for term in dict.fromkeys(query_terms) if (found := _matches(conn, term)).size]
+    lookup = SqliteTerms(conn) if isinstance(conn, sqlite3.Connection) else conn
+    matched = [found for term in dict.fromkeys(query_terms) if (found := _matches(lookup, term)).size]
     rarer = [entries for entries in matched if 2 * entries.size < stats.chunks]
     chosen = rarer or matched
     if not chosen or limit < 1:
@@ -350,22 +387,17 @@ def rank(
     return found[order], scores[order]
 
 
-def _matches(conn: sqlite3.Connection, term: str) -> np.ndarray:
+def _matches(lookup: TermLookup, term: str) -> np.ndarray:
     """The postings of one query term: its own, else the merged postings of every term it prefixes."""
     import numpy as np
 
-    row = conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchone()
-    if row is not None or (len(term) == 1 and term.isascii()):
-        return np.frombuffer(row[0] if row else b"", dtype=_entry())
-    if ord(term[-1]) < 0x10FFFF:
-        after = term[:-1] + chr(ord(term[-1]) + 1)
-        rows = conn.execute("SELECT entries FROM postings WHERE term > ? AND term < ?", (term, after)).fetchall()
-    else:
-        rows = conn.execute("SELECT entries FROM postings WHERE term > ? AND substr(term, 1, ?) = ?",
-                            (term, len(term), term)).fetchall()  # fmt: skip
+    own = lookup.own(term)
+    if own is not None or (len(term) == 1 and term.isascii()):
+        return np.frombuffer(own or b"", dtype=_entry())
+    rows = lookup.prefixed(term)
     if len(rows) <= 1:
-        return np.frombuffer(rows[0][0] if rows else b"", dtype=_entry())
-    entries = np.concatenate([np.frombuffer(row[0], dtype=_entry()) for row in rows])
+        return np.frombuffer(rows[0] if rows else b"", dtype=_entry())
+    entries = np.concatenate([np.frombuffer(row, dtype=_entry()) for row in rows])
     counts = np.bincount(entries["chunk"], weights=entries["count"])
     lengths = np.zeros(counts.size, dtype=np.uint16)
     lengths[entries["chunk"]] = entries["length"]

@@ -18,7 +18,7 @@ import json
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,7 +362,7 @@ def set_settings(conn: sqlite3.Connection, values: dict[str, str]) -> None:
     )
 
 
-def pending_vectors(settings: dict[str, str]) -> int:
+def pending_vectors(settings: Mapping[str, str]) -> int:
     """How many texts the projection's last vector refresh left without vectors (`VECTOR_PENDING`)."""
     return int(settings.get(VECTOR_PENDING) or 0)
 

@@ -979,14 +979,7 @@ def project_records(
             _json(list(record.aliases)), _json([source.to_json() for source in record.sources]), sha256,
             stat["size"], stat["mtime_ns"], stat["inode"],
         ))  # fmt: skip
-        prefix = retrieval_prefix(record, _name(path))
-        for chunk in chunk_body(record.title, record.body, count_tokens=count, exact_chunks=VECTOR_CHUNKS):
-            tokens = count(chunk.embed_text) if chunk.ordinal < VECTOR_CHUNKS else 0  # never embedded past the cap
-            chunk_rows.append((
-                record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text,
-                prefix(chunk.heading) + chunk.text, tokens, chunk.word_count,
-                hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
-            ))  # fmt: skip
+        chunk_rows.extend(record_chunks(record, path, count))
     conn.executemany(
         "INSERT INTO records(id, scope, path, title, title_key, kind, status, access, created_at, updated_at, tags, "
         f"aliases, sources, content_sha256, size, mtime_ns, inode) VALUES ({', '.join('?' * 17)})",
@@ -998,6 +991,24 @@ def project_records(
         chunk_rows,
     )
     return len(chunk_rows)
+
+
+ChunkValues = tuple[str, int, str | None, str, str, str, int, int, str]
+
+
+def record_chunks(record: Record, path: str, count: Callable[[str], int]) -> list[ChunkValues]:
+    """The chunks of a record at store-relative `path`, each as (record id, ordinal, heading, text, embedding
+    text, retrieval text, model tokens, words, sha256 of the embedding text): what every projection stores."""
+    prefix = retrieval_prefix(record, _name(path))
+    rows = []
+    for chunk in chunk_body(record.title, record.body, count_tokens=count, exact_chunks=VECTOR_CHUNKS):
+        tokens = count(chunk.embed_text) if chunk.ordinal < VECTOR_CHUNKS else 0  # never embedded past the cap
+        rows.append((
+            record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text,
+            prefix(chunk.heading) + chunk.text, tokens, chunk.word_count,
+            hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
+        ))  # fmt: skip
+    return rows
 
 
 @functools.lru_cache(maxsize=4)

@@ -17,30 +17,31 @@ from __future__ import annotations
 
 import re
 
+from ..engines.projection import Projection
 from ..index import postings
-from .chunks import LoadedChunk, Snapshot, load_chunks
+from .chunks import LoadedChunk, load_chunks
 from .hits import LEXICAL_BOOSTS, SearchHit, SearchOptions
 
 BM25_SHARE = 0.5
 MAX_CANDIDATE_CHUNKS = 1000
 
 
-def lexical_hits(snapshot: Snapshot, query: str, options: SearchOptions, limit: int) -> list[SearchHit]:
+def lexical_hits(projection: Projection, query: str, options: SearchOptions, limit: int) -> list[SearchHit]:
     """Up to `limit` best chunks of one store that pass the filters, scored, each with one
     `lexical:<reason>` reason."""
     terms = postings.query_terms(query)
     if not terms or limit < 1:
         return []
     limit = min(limit, MAX_CANDIDATE_CHUNKS)
-    stats = postings.Stats.of(snapshot.settings)
+    stats = postings.Stats.of(projection.settings)
     reasons = _Reasons(query, terms)
     hits: list[SearchHit] = []
     seen, fetch = 0, limit + limit // 4 + 4  # a little more than needed: usually enough pass the filters
     while True:
-        chunk_ids, scores = postings.rank(snapshot.conn, terms, stats, fetch)
+        chunk_ids, scores = postings.rank(projection.terms, terms, stats, fetch)
         for start in range(seen, chunk_ids.size, MAX_CANDIDATE_CHUNKS):
             batch = chunk_ids[start : start + MAX_CANDIDATE_CHUNKS].tolist()
-            loaded = load_chunks(snapshot, batch, options)
+            loaded = load_chunks(projection, batch, options)
             for chunk_id, strength in zip(batch, scores[start : start + len(batch)].tolist(), strict=True):
                 chunk = loaded.get(chunk_id)
                 if chunk is None:

@@ -22,37 +22,31 @@ it, relative to `options.now` (default: the clock).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
-from ..core.errors import IndexUnavailable
 from ..core.stores import StorePaths, record_scope
+from ..engines import projection as engine
+from ..engines.projection import Nearest, Projection, VectorSearch
 from ..index import postings
 from ..index import projection as pj
 from . import timeref
-from .chunks import Snapshot
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
 from .lexical import lexical_hits
-from .semantic import (
-    Nearest,
-    current_matrix,
-    nearest_rows,
-    sentence_blobs,
-    similar_hits,
-    vector_hits,
-    with_sentences,
-)
+from .semantic import similar_hits, vector_hits, with_sentences
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..index.sync import Embedder
-    from ..index.vectors import Matrix
+
+Opener = Callable[[], AbstractContextManager[Projection]]  # opens one store's projection for reading
 
 CANDIDATE_RECORDS = 50  # depth (in records) of each list fused in hybrid mode, at least the limit
 LEXICAL_CHUNKS_PER_RECORD = 2
@@ -95,13 +89,26 @@ def rank(
     fallback: str | None = None,
 ) -> Ranking:
     """Rank the hits of `query` in the stores; `options` must have its defaults filled in."""
+    openers = [partial(engine.reading, paths) for paths in stores]
+    return rank_projections(openers, query, options, embedder=embedder, fallback=fallback)
+
+
+def rank_projections(
+    openers: Sequence[Opener],
+    query: str,
+    options: SearchOptions,
+    *,
+    embedder: Embedder | None = None,
+    fallback: str | None = None,
+) -> Ranking:
+    """`rank` over the projections the openers open (one store each), whichever engines keep them."""
     wanted = options.mode
     if wanted == "lexical" or embedder is None:
-        return _lexical(stores, query, options, fallback or "intentionally_unavailable")
+        return _lexical(openers, query, options, fallback or "intentionally_unavailable")
     try:
-        return _semantic(stores, query, options, embedder, wanted, fallback)
+        return _semantic(openers, query, options, embedder, wanted, fallback)
     except _SemanticUnavailable as exc:
-        return _lexical(stores, query, options, exc.reason)
+        return _lexical(openers, query, options, exc.reason)
 
 
 def search(
@@ -118,27 +125,17 @@ def search(
     return ranking.hits[: options.bounded_limit]
 
 
-@contextmanager
-def _snapshot(paths: StorePaths) -> Iterator[Snapshot]:
-    """A read snapshot of the store's projection; IndexUnavailable when there is none (sync first)."""
-    path = pj.existing_index_path(paths)
-    if path is None:
-        raise IndexUnavailable(pj.UNAVAILABLE_MESSAGE)
-    with pj.reading(path) as conn:
-        yield Snapshot(conn, paths.root, path, pj.get_settings(conn))
-
-
-def _lexical(stores: list[StorePaths], query: str, options: SearchOptions, reason: str) -> Ranking:
+def _lexical(openers: Sequence[Opener], query: str, options: SearchOptions, reason: str) -> Ranking:
     limit = options.bounded_limit
     hits: list[SearchHit] = []
-    for paths in stores:
-        with _snapshot(paths) as snapshot:
-            found = lexical_hits(snapshot, query, options, limit * 10)
+    for opened in openers:
+        with opened() as projection:
+            found = lexical_hits(projection, query, options, limit * 10)
         hits.extend(sorted(found, key=by_lexical_tier)[:limit])
     return Ranking(sorted(hits, key=by_lexical_tier), "lexical", reason, None, None)
 
 
-def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
+def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
               fallback: str | None) -> Ranking:  # fmt: skip
     """Hybrid or semantic ranking. A worker thread embeds the query, hands its vector over, and finds
     the nearest rows of every store's matrix; meanwhile this thread runs the lexical queries and reads
@@ -151,8 +148,8 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
     without_vectors: set[tuple[str, int]] = set()  # lexical candidates past the vector cap or still waiting
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
     with ExitStack() as stack:
-        snapshots = [stack.enter_context(_snapshot(paths)) for paths in stores]
-        current = [current_matrix(snapshot, embedder) for snapshot in snapshots]
+        snapshots = [stack.enter_context(opened()) for opened in openers]
+        current = [snapshot.vector_search(embedder) for snapshot in snapshots]
         matrices = [matrix for matrix in current if matrix is not None]
         if len(matrices) < len(snapshots):
             raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
@@ -162,7 +159,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
             try:
                 chunks = depth * LEXICAL_CHUNKS_PER_RECORD
                 matched = [lexical_hits(snapshot, query, options, chunks) if hybrid else [] for snapshot in snapshots]
-                sentences = [sentence_blobs(snapshot, {hit.chunk for hit in own})
+                sentences = [snapshot.sentence_blobs({hit.chunk for hit in own})
                              for snapshot, own in zip(snapshots, matched, strict=True)]  # fmt: skip
                 vector = embedded.result()
                 similar = [with_sentences(similar_hits(matrix, vector, own), vector, blobs)
@@ -171,7 +168,7 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
                                                                 similar, strict=True):  # fmt: skip
                     near = vector_hits(snapshot, found, options)
                     known = {hit.chunk for hit in near}
-                    blobs.update(sentence_blobs(snapshot, known - blobs.keys()))
+                    blobs.update(snapshot.sentence_blobs(known - blobs.keys()))
                     semantic += with_sentences(near, vector, blobs)
                     semantic += [hit for hit in weighed if hit.chunk not in known]
                     lexical += own
@@ -194,17 +191,17 @@ def _semantic(stores: list[StorePaths], query: str, options: SearchOptions, embe
                    embedder.model_version)  # fmt: skip
 
 
-def _nearest(embedder: Embedder, query: str, matrices: list[Matrix], options: SearchOptions, depth: int,
+def _nearest(embedder: Embedder, query: str, matrices: list[VectorSearch], options: SearchOptions, depth: int,
              embedded: Future[np.ndarray]) -> list[Nearest]:  # fmt: skip
     """The query's vector, handed over through `embedded` as soon as it is known, then its nearest rows
-    in each matrix (no SQLite: this runs on the worker thread)."""
+    in each store's vectors (this runs on the worker thread)."""
     try:
         vector = _embed_query(embedder, query)
     except BaseException as exc:
         embedded.set_exception(exc)
         raise
     embedded.set_result(vector)
-    return [nearest_rows(matrix, vector, options, depth) for matrix in matrices]
+    return [matrix.nearest(vector, options, depth) for matrix in matrices]
 
 
 def _embed_query(embedder: Embedder, query: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Vector retrieval: exact nearest chunks by cosine similarity over a store's vector matrix.
+"""Vector retrieval: scoring the nearest chunks by cosine similarity (each engine's `VectorSearch` finds them).
 
 Vectors are unit length, so the dot product is the cosine. Hits report the Euclidean distance
 `sqrt(2 - 2 cos)` (what the `vector:distance=…` reason shows) and score `1 / (1 + distance)`.
@@ -15,97 +15,38 @@ chunk cannot take the lead alone. The reasons then show the raised distance and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..index import projection as pj
-from ..index import vectors
-from .chunks import Snapshot, load_chunks
+from ..engines.projection import Nearest, Projection, VectorSearch
+from .chunks import load_chunks
 from .hits import SearchHit, SearchOptions
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..index.sync import Embedder
-
-# Below this share of rows passing the filters, only those rows are multiplied.
-_SUBSET_SHARE = 0.5
 SENTENCE_SHARE = 0.5  # how far a chunk's similarity moves towards its best sentence's
 
 
-def current_matrix(snapshot: Snapshot, embedder: Embedder) -> vectors.Matrix | None:
-    """The store's vector matrix when it covers this snapshot of the projection with this model."""
-    settings = snapshot.settings
-    if settings.get(pj.VECTOR_MODEL) != pj.model_identity(embedder):
-        return None
-    layout = vectors.Layout.current(settings)
-    return None if layout is None else vectors.load(snapshot.index_path, layout)
-
-
-@dataclass(frozen=True)
-class Nearest:
-    """The nearest chunk of each of the nearest records in one matrix, best first."""
-
-    chunks: list[int]
-    similarities: list[float]
-
-
-def nearest_rows(matrix: vectors.Matrix, query_vector: np.ndarray, options: SearchOptions, records: int) -> Nearest:
-    """The nearest chunk of each of the `records` nearest records that pass the filters."""
-    import numpy as np
-
-    assert options.scopes is not None
-    keep = matrix.rows_passing(options.statuses, options.scopes, options.access, options.kinds)
-    if keep.size == 0 or records < 1:
-        return Nearest([], [])
-    every_row = keep.size == matrix.size
-    if every_row:
-        similarity, record_numbers = matrix.similarity(query_vector), matrix.rows["record"]
-    elif keep.size < _SUBSET_SHARE * matrix.size:
-        similarity, record_numbers = matrix.similarity(query_vector, keep), matrix.rows["record"][keep]
-    else:
-        similarity, record_numbers = matrix.similarity(query_vector)[keep], matrix.rows["record"][keep]
-    rows = _best_rows(similarity, record_numbers, records)
-    chosen = rows if every_row else keep[rows]
-    return Nearest(np.asarray(matrix.rows["chunk"][chosen]).tolist(), similarity[rows].tolist())
-
-
-def vector_hits(snapshot: Snapshot, nearest: Nearest, options: SearchOptions) -> list[SearchHit]:
-    """The hits of the nearest chunks, read from the snapshot, best first."""
-    loaded = load_chunks(snapshot, nearest.chunks, options)
+def vector_hits(projection: Projection, nearest: Nearest, options: SearchOptions) -> list[SearchHit]:
+    """The hits of the nearest chunks, read from the projection, best first."""
+    loaded = load_chunks(projection, nearest.chunks, options)
     return [_scored(loaded[chunk_id].hit, similarity)
             for chunk_id, similarity in zip(nearest.chunks, nearest.similarities, strict=True)
             if chunk_id in loaded]  # fmt: skip
 
 
-def similar_hits(matrix: vectors.Matrix, query_vector: np.ndarray, hits: list[SearchHit]) -> list[SearchHit]:
+def similar_hits(search: VectorSearch, query_vector: np.ndarray, hits: list[SearchHit]) -> list[SearchHit]:
     """Vector hits for the chunks of `hits` (lexical candidates), each scored by its own similarity to
     the query: hybrid fusion then weighs what the vector side says of every candidate, rather than
     nothing for a chunk just past the nearest rows (which keep their own hit of the same chunk)."""
-    import numpy as np
-
     candidates = {hit.chunk: hit for hit in hits}
     if not candidates:
         return []
-    position, found = matrix.rows_of(np.fromiter(sorted(candidates), dtype=np.int64))
-    positions = position[found]
-    chunks, similarities = matrix.rows["chunk"][positions].tolist(), matrix.similarity(query_vector, positions).tolist()
+    chunks, similarities = search.similarities(query_vector, sorted(candidates))
     return [_scored(replace(candidates[chunk_id], bm25=0.0), similarity)
             for chunk_id, similarity in zip(chunks, similarities, strict=True)]  # fmt: skip
-
-
-def sentence_blobs(snapshot: Snapshot, chunks: Iterable[int]) -> dict[int, bytes]:
-    """Chunk id → its sentences' vectors (float32 rows, one blob), for those of `chunks` that have them.
-
-    Hybrid search reads the lexical candidates' blobs while the query is still being embedded."""
-    wanted = list(chunks)
-    if not wanted:
-        return {}
-    return dict(snapshot.conn.execute(
-        "SELECT c.id, v.sentence_vectors FROM chunks AS c JOIN vectors AS v ON v.embed_hash = c.embed_hash "
-        f"WHERE v.sentence_vectors IS NOT NULL AND c.id IN ({', '.join('?' * len(wanted))})", wanted
-    ).fetchall())  # fmt: skip
 
 
 def with_sentences(hits: list[SearchHit], query_vector: np.ndarray, blobs: Mapping[int, bytes]) -> list[SearchHit]:
@@ -142,22 +83,3 @@ def _scored(hit: SearchHit, similarity: float) -> SearchHit:
     hit.lexical_match_reason = "vector"
     hit.match_reasons = [f"vector:distance={distance:.6f}"]
     return hit
-
-
-def _best_rows(similarity: np.ndarray, record_numbers: np.ndarray, records: int) -> np.ndarray:
-    """Positions of each record's most similar row, best first (ties by position), for the best `records`."""
-    import numpy as np
-
-    total = similarity.size
-    take = min(total, records * 4)
-    while True:
-        if take < total:
-            top = np.argpartition(similarity, total - take)[total - take :]
-            top.sort()
-        else:
-            top = np.arange(total)
-        order = top[np.argsort(-similarity[top], kind="stable")]
-        _, first = np.unique(record_numbers[order], return_index=True)
-        if first.size >= records or take == total:
-            return order[np.sort(first)[:records]]
-        take = min(total, take * 4)

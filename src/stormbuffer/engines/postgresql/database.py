@@ -1,0 +1,123 @@
+"""Reaching the database a PostgreSQL store's `store.toml` names through an environment variable.
+
+The URL is read from the variable when the store is opened and never written anywhere. Every
+failure becomes one DatabaseUnavailable naming the variable and the reason (not set, not a PostgreSQL URL,
+unreachable, authentication failed, no such database, no pgvector, schema missing) and never the
+URL, its password or its host.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from typing import TYPE_CHECKING
+
+from ...core.errors import DatabaseUnavailable, StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
+_REASONS = {  # SQLSTATE → what a person can act on
+    "28P01": "authentication failed (check the user and password)",
+    "28000": "authentication failed (check the user and password)",
+    "3D000": "the database does not exist",
+    "42501": "the database user lacks a privilege Stormbuffer needs",
+    "53300": "the server has no free connection",
+    "57P03": "the server is starting up or shutting down",
+}
+SCHEMA_MISSING = "the database has no Stormbuffer tables yet (run `sbuf init --engine postgresql`)"
+
+
+def database_url(variable: str) -> str:
+    """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it."""
+    url = os.environ.get(variable, "").strip()
+    if not url:
+        raise DatabaseUnavailable(
+            f"{variable} is not set: this store keeps its records in the PostgreSQL database it names"
+        )
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
+        raise DatabaseUnavailable(f"{variable} is not a postgresql:// URL")
+    return f"postgresql+psycopg://{rest}"
+
+
+@cache
+def engine_for(url: str) -> Engine:
+    """One pool of connections per URL and process."""
+    from sqlalchemy import create_engine
+
+    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong with the database, in words that contain no part of the URL."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    if isinstance(exc, ArgumentError):
+        return "the URL cannot be read"
+    original = exc.orig if isinstance(exc, DBAPIError) else exc
+    state = getattr(original, "sqlstate", None)
+    if state in _REASONS:
+        return _REASONS[state]
+    if state == "42P01" or state == "3F000":
+        return SCHEMA_MISSING
+    text = str(original).lower()
+    if "password" in text or "authentication" in text:
+        return _REASONS["28P01"]
+    if "does not exist" in text and "database" in text:
+        return _REASONS["3D000"]
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated or state is None or state.startswith("08"):
+        return "the server cannot be reached"
+    return f"the database refused the operation (SQLSTATE {state})"
+
+
+@contextmanager
+def talking_to(variable: str) -> Iterator[None]:
+    """Turn any database failure inside the block into a sanitized DatabaseUnavailable naming `variable`."""
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    try:
+        yield
+    except (SQLAlchemyError, ArgumentError) as exc:
+        raise DatabaseUnavailable(
+            f"the PostgreSQL database named by {variable} cannot be used: {reason(exc)}"
+        ) from None
+
+
+@contextmanager
+def connection(variable: str) -> Iterator[Connection]:
+    """A connection in a transaction, committed when the block ends normally."""
+    url = database_url(variable)
+    with talking_to(variable), engine_for(url).begin() as conn:
+        yield conn
+
+
+def prepare_database(variable: str) -> None:
+    """Make the database ready for stores: pgvector, the `stormbuffer` schema, the records table and the
+    projection's tables (idempotent)."""
+    from sqlalchemy import text
+
+    from ...embedding.constants import DIMENSION
+    from .schema import SCHEMA_VERSION, metadata, settings
+    from .tables import create as projection_tables
+
+    with connection(variable) as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"))
+        available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
+        if available is None:
+            raise DatabaseUnavailable(
+                f"the PostgreSQL database named by {variable} cannot be used: the server has no pgvector "
+                "extension (install pgvector 0.5 or later)"
+            )
+        projection_tables(conn, DIMENSION)  # pgvector, the schema and the projection's tables
+        metadata.create_all(conn)
+        found = conn.execute(settings.select().where(settings.c.name == "schema_version")).first()
+        if found is None:
+            conn.execute(settings.insert().values(name="schema_version", value=SCHEMA_VERSION))
+        elif found.value != SCHEMA_VERSION:
+            raise StoreError(
+                f"the PostgreSQL database named by {variable} holds Stormbuffer schema version {found.value}; "
+                f"this version uses {SCHEMA_VERSION}"
+            )

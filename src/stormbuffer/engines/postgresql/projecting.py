@@ -1,0 +1,182 @@
+"""Keeping a PostgreSQL projection up to date: one record at a time, inside the writer's transaction.
+
+`project` replaces a record's rows (chunks, postings, vectors) and `unproject` removes them, both in
+the caller's transaction, so every server reading the database sees a write together with its
+projection. Chunking and the terms are exactly the directory store's (`index.sync.record_chunks`,
+`index.postings.weighted_terms`), so the same records give the same BM25 statistics.
+
+Vector search is exact (a sequential scan) until the projection holds `HNSW_FROM` vectors;
+`ensure_vector_index` then builds an HNSW index (`vector_cosine_ops`), which searches use from then on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...index import postings
+from ...index.sync import _chunk_vectors, record_chunks
+from .schema import SCHEMA
+from .tables import HNSW_INDEX, Tables, tables
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from ...core.records import Record
+    from ...index.sync import Embedder
+
+HNSW_FROM = 50_000  # vectors from which an HNSW index answers instead of an exact scan
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+VECTOR_MODEL = "vector_model"  # the model that made the vectors (`index.projection.model_identity`)
+# The fields of `index.sync.record_chunks`, in order.
+CHUNK_FIELDS = ("record_id", "ordinal", "heading", "text", "embed_text", "retrieval_text", "token_count", "word_count",
+                "embed_hash")  # fmt: skip
+
+
+def project(conn: Connection, store: str, items: Sequence[tuple[str, Record]], *, dimension: int,
+            count_tokens: Callable[[str], int], embedder: Embedder | None = None) -> int:  # fmt: skip
+    """Replace the projection of these (store-relative path, record) items of `store` (its record scope)
+    in the caller's transaction, with vectors when `embedder` is given; returns the chunks written."""
+    from sqlalchemy import insert
+
+    from ...index import projection as pj
+    from ...index.chunking import VECTOR_CHUNKS
+
+    found = tables(dimension)
+    unproject(conn, store, [record.id for _path, record in items], dimension=dimension)
+    if not items:
+        return 0
+    conn.execute(insert(found.records), [
+        {"store": store, "id": record.id, "scope": record.scope, "path": path, "title": record.title,
+         "kind": record.kind, "status": record.status, "access": record.access,
+         "created_at": record.created_at.render(), "aliases": _json(list(record.aliases)),
+         "sources": _json([source.to_json() for source in record.sources])}
+        for path, record in items
+    ])  # fmt: skip
+    rows = [row for path, record in items for row in record_chunks(record, path, count_tokens)]
+    if not rows:
+        return 0
+    weighted = [postings.weighted_terms(row[5]) for row in rows]
+    values: list[dict[str, Any]] = [
+        {
+            **dict(zip(CHUNK_FIELDS, row, strict=True)),
+            "store": store,
+            "length": length,
+            "embedding": None,
+            "sentence_vectors": None,
+        }
+        for row, (_counts, length) in zip(rows, weighted, strict=True)
+    ]
+    if embedder is not None:
+        wanted = [position for position, row in enumerate(rows) if row[1] < VECTOR_CHUNKS]
+        if wanted:
+            matrix, sentences = _chunk_vectors(embedder, [(rows[at][4], rows[at][3]) for at in wanted])
+            for at, vector, blob in zip(wanted, matrix, sentences, strict=True):
+                values[at]["embedding"], values[at]["sentence_vectors"] = vector, blob
+            _set(conn, found, store, VECTOR_MODEL, pj.model_identity(embedder))
+    ids = conn.execute(insert(found.chunks).returning(found.chunks.c.id, sort_by_parameter_order=True), values)
+    entries: list[dict[str, Any]] = []
+    for chunk_id, (counts, length) in zip(ids.scalars(), weighted, strict=True):
+        stored = min(length, postings.MAX_COUNT)
+        entries.extend({"store": store, "term": term, "chunk": chunk_id, "count": min(count, postings.MAX_COUNT),
+                        "length": stored} for term, count in counts.items())  # fmt: skip
+    if entries:
+        conn.execute(insert(found.postings), entries)
+    _count(conn, found, store, len(rows), sum(length for _counts, length in weighted))
+    return len(rows)
+
+
+def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimension: int) -> None:
+    """Remove these records' projection (chunks and postings follow) in the caller's transaction."""
+    from sqlalchemy import delete, func, select
+
+    if not record_ids:
+        return
+    found = tables(dimension)
+    chunks, records = found.chunks, found.records
+    gone = conn.execute(select(func.count(), func.coalesce(func.sum(chunks.c.length), 0))
+                        .where(chunks.c.store == store, chunks.c.record_id.in_(record_ids))).one()  # fmt: skip
+    conn.execute(delete(records).where(records.c.store == store, records.c.id.in_(record_ids)))
+    if gone[0]:
+        _count(conn, found, store, -int(gone[0]), -int(gone[1]))
+
+
+def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension: int, limit: int | None = None) -> int:
+    """Embed up to `limit` of the store's chunks that have no vector yet (every chunk again when another
+    model made the others), in the caller's transaction; returns how many. Rows another process is
+    embedding at the same moment are skipped, not waited for."""
+    from sqlalchemy import bindparam, select, update
+
+    from ...index import projection as pj
+    from ...index.chunking import VECTOR_CHUNKS
+
+    found = tables(dimension)
+    c, kept = found.chunks.c, found.settings.c
+    identity = pj.model_identity(embedder)
+    made_by = conn.execute(select(kept.value).where(kept.store == store, kept.key == VECTOR_MODEL)).scalar()
+    if made_by != identity:
+        if made_by is not None:
+            conn.execute(update(found.chunks).where(c.store == store).values(embedding=None, sentence_vectors=None))
+        _set(conn, found, store, VECTOR_MODEL, identity)
+    waiting = (select(c.id, c.embed_text, c.text).where(c.store == store, c.embedding.is_(None),
+               c.ordinal < VECTOR_CHUNKS).order_by(c.id).limit(limit).with_for_update(skip_locked=True))  # fmt: skip
+    rows = conn.execute(waiting).all()
+    if not rows:
+        return 0
+    matrix, sentences = _chunk_vectors(embedder, [(embed_text, text) for _id, embed_text, text in rows])
+    conn.execute(update(found.chunks).where(c.id == bindparam("chunk")).values(
+        embedding=bindparam("vector"), sentence_vectors=bindparam("sentences")), [
+        {"chunk": row[0], "vector": vector, "sentences": blob} for row, vector, blob in zip(rows, matrix, sentences,
+                                                                                           strict=True)])  # fmt: skip
+    return len(rows)
+
+
+def ensure_vector_index(conn: Connection, *, at_least: int = HNSW_FROM) -> bool:
+    """Build the HNSW index once the projection holds `at_least` vectors; True when it exists."""
+    from sqlalchemy import text
+
+    name = f"{SCHEMA}.{HNSW_INDEX}"
+    if conn.execute(text("SELECT to_regclass(:name)"), {"name": name}).scalar() is not None:
+        return True
+    vectors = conn.execute(text(f"SELECT count(*) FROM {SCHEMA}.projection_chunks WHERE embedding IS NOT NULL"))
+    if int(vectors.scalar() or 0) < at_least:
+        return False
+    conn.execute(text(f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON {SCHEMA}.projection_chunks "
+                      f"USING hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
+                      f"ef_construction = {HNSW_EF_CONSTRUCTION})"))  # fmt: skip
+    return True
+
+
+def _count(conn: Connection, found: Tables, store: str, chunks: int, terms: int) -> None:
+    """Add to the store's chunk count and total weighted length (the BM25 statistics)."""
+    from sqlalchemy.dialects.postgresql import insert
+
+    stats = found.stats
+    statement = insert(stats).values(store=store, chunks=chunks, terms=terms)
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[stats.c.store],
+            set_={
+                "chunks": stats.c.chunks + statement.excluded.chunks,
+                "terms": stats.c.terms + statement.excluded.terms,
+            },
+        )
+    )
+
+
+def _set(conn: Connection, found: Tables, store: str, key: str, value: str) -> None:
+    from sqlalchemy.dialects.postgresql import insert
+
+    settings = found.settings
+    statement = insert(settings).values(store=store, key=key, value=value)
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[settings.c.store, settings.c.key], set_={"value": value}, where=settings.c.value != value
+        )
+    )
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)

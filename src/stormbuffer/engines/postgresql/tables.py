@@ -1,0 +1,120 @@
+"""The projection's tables in PostgreSQL, in SQLAlchemy Core: records' fields, chunks with their vectors
+(pgvector `vector(N)`), BM25 postings (one row per term and chunk) and the lexical statistics, each
+row marked with its store's record scope (`store`), as the records are (`schema`): several stores
+can share one database, and each store's BM25 statistics are its own.
+
+Like the SQLite projection, these tables are disposable: everything in them is derived from the
+records. Terms sort byte-wise (`COLLATE "C"`), as in SQLite, so a query word that is only a prefix
+finds the same terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, MetaData, Table
+
+from .schema import SCHEMA
+
+HNSW_INDEX = "projection_chunks_embedding_hnsw"
+
+
+@dataclass(frozen=True)
+class Tables:
+    metadata: MetaData
+    records: Table
+    chunks: Table
+    postings: Table
+    stats: Table
+    settings: Table
+
+
+@cache
+def tables(dimension: int) -> Tables:
+    """The projection's tables for vectors of `dimension` (the model's)."""
+    from pgvector.sqlalchemy import VECTOR
+    from sqlalchemy import (
+        BigInteger,
+        Column,
+        ForeignKey,
+        ForeignKeyConstraint,
+        Identity,
+        Index,
+        Integer,
+        LargeBinary,
+        MetaData,
+        Table,
+        Text,
+        UniqueConstraint,
+    )
+
+    metadata = MetaData(schema=SCHEMA)
+    records = Table(
+        "projection_records", metadata,
+        Column("store", Text, primary_key=True),
+        Column("id", Text, primary_key=True),
+        Column("scope", Text, nullable=False),
+        Column("path", Text, nullable=False),  # store-relative, e.g. records/<id>.md
+        Column("title", Text, nullable=False),
+        Column("kind", Text, nullable=False),
+        Column("status", Text, nullable=False),
+        Column("access", Text, nullable=False),
+        Column("created_at", Text, nullable=False),
+        Column("aliases", Text, nullable=False),  # JSON array
+        Column("sources", Text, nullable=False),  # JSON array of protocol source objects
+        Index("projection_records_filters", "store", "scope", "status"),
+    )  # fmt: skip
+    chunks = Table(
+        "projection_chunks", metadata,
+        Column("id", BigInteger, Identity(), primary_key=True),  # grows only: ties rank by it, as in SQLite
+        Column("store", Text, nullable=False),
+        Column("record_id", Text, nullable=False),
+        Column("ordinal", Integer, nullable=False),
+        Column("heading", Text),
+        Column("text", Text, nullable=False),
+        Column("embed_text", Text, nullable=False),
+        Column("retrieval_text", Text, nullable=False),
+        Column("token_count", Integer, nullable=False),
+        Column("word_count", Integer, nullable=False),
+        Column("embed_hash", Text, nullable=False),
+        Column("length", Integer, nullable=False),  # weighted terms of the retrieval text (BM25), unclamped
+        Column("embedding", VECTOR(dimension)),  # unit length; NULL past the vector cap or not yet embedded
+        Column("sentence_vectors", LargeBinary),  # float32 rows, one per sentence; NULL for one
+        UniqueConstraint("store", "record_id", "ordinal"),
+        ForeignKeyConstraint(["store", "record_id"], [f"{SCHEMA}.projection_records.store",
+                             f"{SCHEMA}.projection_records.id"], ondelete="CASCADE"),
+    )  # fmt: skip
+    postings = Table(
+        "projection_postings", metadata,
+        Column("store", Text, primary_key=True),
+        Column("term", Text(collation="C"), primary_key=True),
+        Column("chunk", BigInteger, ForeignKey(f"{SCHEMA}.projection_chunks.id", ondelete="CASCADE"), primary_key=True),
+        Column("count", Integer, nullable=False),  # weighted occurrences (saturating at postings.MAX_COUNT)
+        Column("length", Integer, nullable=False),  # the chunk's weighted length (saturating likewise)
+        Index("projection_postings_chunk", "chunk"),
+    )  # fmt: skip
+    stats = Table(
+        "projection_stats", metadata,
+        Column("store", Text, primary_key=True),
+        Column("chunks", BigInteger, nullable=False),
+        Column("terms", BigInteger, nullable=False),  # total weighted length of the store's chunks
+    )  # fmt: skip
+    settings = Table(
+        "projection_settings", metadata,
+        Column("store", Text, primary_key=True),
+        Column("key", Text, primary_key=True),
+        Column("value", Text, nullable=False),
+    )  # fmt: skip
+    return Tables(metadata, records, chunks, postings, stats, settings)
+
+
+def create(conn: Connection, dimension: int) -> None:
+    """Create the extension, the schema and the projection's tables where missing (the caller commits)."""
+    from sqlalchemy import text
+
+    conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+    tables(dimension).metadata.create_all(conn)

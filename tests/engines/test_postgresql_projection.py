@@ -1,0 +1,177 @@
+"""The PostgreSQL projection ranks exactly as the SQLite one: the same records, loaded into both, give
+the same hits in the same order in lexical, semantic and hybrid modes, on a real server and the real model."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from stormbuffer.core.codec import parse_markdown
+from stormbuffer.core.records import Record
+from stormbuffer.core.stores import StorePaths, record_scope
+from stormbuffer.embedding import Embedder
+from stormbuffer.engines import projection as engine_projection
+from stormbuffer.engines.postgresql import projection as pg
+from stormbuffer.engines.postgresql import tables
+from stormbuffer.engines.postgresql.projecting import ensure_vector_index, project, unproject
+from stormbuffer.index import projection as pj
+from stormbuffer.index.sync import sync_store
+from stormbuffer.retrieval.hits import SearchOptions
+from stormbuffer.retrieval.search import Ranking, effective_options, rank_projections
+from tests.stores import make_store, write_record
+
+TOPICS = [
+    "Deploys need a green build: run the whole suite before tagging a release.",
+    "The staging database is restored from last night's snapshot every morning at six.",
+    "Kubernetes pods restart when the readiness probe fails three times in a row.",
+    "We decided to keep the public API versioned in the URL path rather than in a header.",
+    "The espresso machine on the third floor needs descaling every second Friday.",
+    "Release notes are written by the engineer who merged the last change of the sprint.",
+    "Portable builds use a pinned toolchain so that binaries match across laptops and CI.",
+    "Secrets never go into the repository; the vault issues short-lived tokens instead.",
+    "The search index is rebuilt from the Markdown records whenever its layout changes.",
+    "On-call engineers hand over at nine with a short written checkpoint of open incidents.",
+    "Database migrations run before the new application version starts serving traffic.",
+    "The design review meets on Tuesdays; proposals are shared a day ahead in the channel.",
+    "Backups are tested monthly by restoring one into a scratch environment and querying it.",
+    "Flaky tests are quarantined within a day and fixed or deleted within a week.",
+    "The monorepo uses code owners so that every change is reviewed by the owning team.",
+    "Latency budgets: recall must answer within twenty milliseconds at ten thousand records.",
+]
+QUERIES = [
+    "deploy release build", "how do we restore the staging database", "pods restarting after probe failures",
+    "api versioning decision", "coffee machine cleaning", "who writes release notes", "portab toolchain",
+    "where do secrets live", "rebuild the index", "on-call handover", "migrations before serving traffic",
+    "tests that fail sometimes", "review", "latency at ten thousand records", "the", "kubernetes",
+]  # fmt: skip
+KINDS = ("fact", "decision", "procedure", "checkpoint")
+
+
+@dataclass
+class Loaded:
+    paths: StorePaths
+    engine: Engine
+    embedder: Embedder
+
+
+def corpus(paths: StorePaths) -> None:
+    """48 records of one to three sections, of every kind, a few archived (filtered out by default)."""
+    chosen = random.Random(7)
+    for number in range(48):
+        sections = [chosen.choice(TOPICS) + " " + chosen.choice(TOPICS) for _ in range(1 + number % 3)]
+        body = "\n\n".join(f"## Part {part}\n\n{section}" for part, section in enumerate(sections, 1))
+        title = f"Note {number:03d} on record keeping: {chosen.choice(TOPICS)[:30].strip()}"
+        write_record(paths, title, body, kind=KINDS[number % 4], status="archived" if number % 11 == 5 else "active",
+                     aliases=(f"note-{number}",))  # fmt: skip
+
+
+def stored_records(paths: StorePaths) -> list[tuple[str, Record]]:
+    """(store-relative path, record) in the order the SQLite projection holds their chunks."""
+    index = pj.existing_index_path(paths)
+    assert index is not None
+    with pj.reading(index) as conn:
+        order = conn.execute("SELECT r.path FROM chunks AS c JOIN records AS r ON r.id = c.record_id "
+                             "GROUP BY r.path ORDER BY min(c.id)").fetchall()  # fmt: skip
+    return [(path, parse_markdown((paths.root / path).read_bytes())) for (path,) in order]
+
+
+@pytest.fixture
+def loaded(tmp_path: Path, embedder: Embedder, postgres_url: str) -> Iterator[Loaded]:
+    paths = make_store(tmp_path)
+    corpus(paths)
+    sync_store(paths, embedder)
+    engine = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        tables.create(conn, embedder.dimension)
+        project(conn, record_scope(paths), stored_records(paths), dimension=embedder.dimension,
+                count_tokens=embedder.token_count, embedder=embedder)  # fmt: skip
+    yield Loaded(paths, engine, embedder)
+    engine.dispose()
+
+
+def both(loaded: Loaded, query: str, options: SearchOptions) -> tuple[Ranking, Ranking]:
+    """The ranking of `query` from the SQLite projection and from the PostgreSQL one."""
+    options = effective_options([loaded.paths], options)
+    in_sqlite = partial(engine_projection.reading, loaded.paths)
+    in_postgres = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root,
+                          dimension=loaded.embedder.dimension)  # fmt: skip
+    return (rank_projections([in_sqlite], query, options, embedder=loaded.embedder),
+            rank_projections([in_postgres], query, options, embedder=loaded.embedder))  # fmt: skip
+
+
+def assert_same(sqlite: Ranking, postgres: Ranking) -> None:
+    assert postgres.mode == sqlite.mode
+    assert postgres.semantic_fallback == sqlite.semantic_fallback
+    assert [(hit.record_id, hit.ordinal) for hit in postgres.hits] == [
+        (hit.record_id, hit.ordinal) for hit in sqlite.hits
+    ]
+    for ours, theirs in zip(postgres.hits, sqlite.hits, strict=True):
+        assert ours.bm25 == theirs.bm25  # the same postings and statistics: the same floats
+        assert ours.score == pytest.approx(theirs.score, abs=1e-5)  # float32 products in NumPy, doubles in pgvector
+        assert (ours.title, ours.path, ours.match_reasons[0].split("=")[0]) == (
+            theirs.title, theirs.path, theirs.match_reasons[0].split("=")[0])  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["lexical", "semantic", "hybrid"])
+def test_the_same_records_rank_the_same_in_both_projections(loaded: Loaded, mode: str) -> None:
+    for query in QUERIES:
+        sqlite, postgres = both(loaded, query, SearchOptions(limit=10, mode=mode))
+        assert sqlite.hits, query
+        assert sqlite.mode == mode
+        assert_same(sqlite, postgres)
+
+
+def test_filters_and_removed_records_rank_the_same(loaded: Loaded) -> None:
+    options = SearchOptions(limit=20, mode="hybrid", kinds=("decision", "procedure"))
+    sqlite, postgres = both(loaded, "release database", options)
+    assert {hit.kind for hit in sqlite.hits} <= {"decision", "procedure"}
+    assert_same(sqlite, postgres)
+    gone = [hit.record_id for hit in sqlite.hits[:3]]
+    for record_id in gone:
+        (loaded.paths.records / f"{record_id}.md").unlink()
+    sync_store(loaded.paths, loaded.embedder)
+    with loaded.engine.begin() as conn:
+        unproject(conn, record_scope(loaded.paths), gone, dimension=loaded.embedder.dimension)
+    for mode in ("lexical", "hybrid"):
+        sqlite, postgres = both(loaded, "release database", SearchOptions(limit=20, mode=mode))
+        assert not {hit.record_id for hit in sqlite.hits} & set(gone)
+        assert_same(sqlite, postgres)
+    with loaded.engine.connect() as conn:
+        counted = conn.execute(text("SELECT count(*), sum(length) FROM stormbuffer.projection_chunks")).one()
+        kept = conn.execute(text("SELECT chunks, terms FROM stormbuffer.projection_stats")).one()
+        assert tuple(kept) == tuple(counted)
+
+
+@contextmanager
+def through_the_index(loaded: Loaded) -> Iterator[pg.PostgresProjection]:
+    """A reading whose planner may not scan the (small) table: vector queries go through the HNSW index."""
+    scope = record_scope(loaded.paths)
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=loaded.embedder.dimension) as projection:
+        assert projection.indexed
+        projection.rows(text("SET LOCAL enable_seqscan = off"))
+        yield projection
+
+
+def test_past_its_threshold_the_hnsw_index_answers_as_exact_search_does(loaded: Loaded) -> None:
+    with loaded.engine.begin() as conn:
+        assert not ensure_vector_index(conn)  # 48 records are far below the threshold: exact search
+        assert ensure_vector_index(conn, at_least=1)
+    with through_the_index(loaded) as projection:
+        plan = projection.rows(text("EXPLAIN SELECT id FROM stormbuffer.projection_chunks "
+                                    "ORDER BY embedding <=> (SELECT embedding FROM stormbuffer.projection_chunks "
+                                    "LIMIT 1) LIMIT 10"))  # fmt: skip
+        assert "Index Scan using projection_chunks_embedding_hnsw" in " ".join(line for (line,) in plan)
+    options = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic"))
+    exact = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root,
+                    dimension=loaded.embedder.dimension, exact=True)  # fmt: skip
+    for query in QUERIES:
+        indexed = rank_projections([partial(through_the_index, loaded)], query, options, embedder=loaded.embedder)
+        scanned = rank_projections([exact], query, options, embedder=loaded.embedder)
+        assert [hit.record_id for hit in indexed.hits] == [hit.record_id for hit in scanned.hits]
