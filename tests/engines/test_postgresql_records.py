@@ -18,22 +18,13 @@ from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.errors import Conflict
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, View, resolve_store
-from tests.helpers import Sandbox, editor, invoke, link_tree
+from tests.helpers import Sandbox, editor, invoke
 from tests.postgres import PASSWORD, PostgresServer
 
 VARIABLE = "STORMBUFFER_DATABASE_URL"
 REFERENCE_STORE = Path(__file__).resolve().parents[1] / "fixtures" / "reference-store" / ".sbuf"
 SOME_ID = "01900000-0000-7000-8000-000000000001"
 ENGINE_LINES = f'engine = "postgresql"\ndatabase_url_env = "{VARIABLE}"\n'
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path, acquired_models: Path, postgres_url: str) -> Sandbox:
-    """A sandbox whose environment names a fresh database; no daemon (each command runs in its process)."""
-    box = Sandbox.create(tmp_path)
-    link_tree(acquired_models, tmp_path / "cache" / "stormbuffer" / "models")
-    box.env.update({VARIABLE: postgres_url, "STORMBUFFER_NO_DAEMON": "1"})
-    return box
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
