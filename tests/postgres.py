@@ -44,6 +44,22 @@ def bin_dir() -> Path:
     return Path(spec.origin).parent / name / "bin"
 
 
+def _open_to_others(path: Path) -> bool:
+    """Whether every directory down to `path` lets other users through (the server runs as `nobody`)."""
+    return all(os.stat(directory).st_mode & 0o001 for directory in (path, *path.parents))
+
+
+def _copied(programs: Path, site: Path) -> Path:
+    """The programs copied below `site` with the libraries they load (from `<package>.libs` beside the
+    package, which their run path names relative to themselves); returns the new programs directory."""
+    install, package = programs.parent, programs.parent.parent
+    shutil.copytree(install, site / package.name / install.name, symlinks=True)
+    libraries = package.with_name(f"{package.name}.libs")
+    if libraries.is_dir():
+        shutil.copytree(libraries, site / libraries.name, symlinks=True)
+    return site / package.name / install.name / programs.name
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -56,6 +72,7 @@ class PostgresServer:
 
     base: Path
     port: int
+    programs: Path  # initdb, pg_ctl, postgres
     _as: dict[str, Any] = field(default_factory=dict)
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -72,15 +89,15 @@ class PostgresServer:
         """initdb, start, `CREATE EXTENSION vector` in template1; PostgresUnavailable on any failure."""
         programs = bin_dir()
         base = Path(tempfile.mkdtemp(prefix="sbuf-pg-"))
-        server = cls(base, _free_port())
+        server = cls(base, _free_port(), programs)
         try:
-            server._start(programs)
+            server._start()
         except BaseException:
             server.stop()
             raise
         return server
 
-    def _start(self, programs: Path) -> None:
+    def _start(self) -> None:
         self.data.mkdir()
         self.sockets.mkdir()
         password = self.base / "password"
@@ -90,12 +107,14 @@ class PostgresServer:
             self._as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
             for path in (self.base, self.data, self.sockets, password):
                 os.chown(path, nobody.pw_uid, nobody.pw_gid)
-        self._run(programs / "initdb", "-D", self.data, "-U", USER, "--pwfile", password, "-E", "UTF8",
+            if not _open_to_others(self.programs):  # e.g. a virtual environment under root's private home
+                self.programs = _copied(self.programs, self.base / "site")
+        self._run(self.programs / "initdb", "-D", self.data, "-U", USER, "--pwfile", password, "-E", "UTF8",
                   "--locale", "C", "--auth-local", "trust", "--auth-host", "scram-sha-256", "--no-sync",
                   "--no-instructions")  # fmt: skip
         password.unlink()
         options = f"-k {self.sockets} -h 127.0.0.1 -p {self.port} -F -c max_connections=200"
-        self._run(programs / "pg_ctl", "-D", self.data, "-l", self.base / "server.log", "-w", "-t",
+        self._run(self.programs / "pg_ctl", "-D", self.data, "-l", self.base / "server.log", "-w", "-t",
                   str(START_TIMEOUT), "-o", options, "start")  # fmt: skip
         self.execute("CREATE EXTENSION IF NOT EXISTS vector", database="template1")
 
@@ -134,7 +153,7 @@ class PostgresServer:
         """Stop the server (fast shutdown) and remove its directory."""
         if (self.data / "postmaster.pid").is_file():
             try:
-                subprocess.run([str(bin_dir() / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
+                subprocess.run([str(self.programs / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
                                capture_output=True, timeout=60, **self._as)  # fmt: skip
             except (OSError, subprocess.SubprocessError):
                 pass

@@ -12,7 +12,7 @@ VARIABLE = "STORMBUFFER_DATABASE_URL"
 
 
 @pytest.fixture
-def postgresql_sandbox(tmp_path: Path, acquired_models: Path, postgres_url: str) -> Sandbox:
+def sandbox(tmp_path: Path, acquired_models: Path, postgres_url: str) -> Sandbox:
     """A sandbox whose environment names a fresh database; no daemon (each command runs in its process)."""
     box = Sandbox.create(tmp_path)
     link_tree(acquired_models, tmp_path / "cache" / "stormbuffer" / "models")

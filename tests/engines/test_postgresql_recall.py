@@ -22,8 +22,7 @@ def waiting_vectors(url: str) -> int:
     return int(count)
 
 
-def test_a_postgresql_store_recalls_what_was_written(postgresql_sandbox: Sandbox, postgres_url: str) -> None:
-    sandbox = postgresql_sandbox
+def test_a_postgresql_store_recalls_what_was_written(sandbox: Sandbox, postgres_url: str) -> None:
     assert sandbox.sbuf("--project", "init", "--engine", "postgresql").returncode == 0
     for title, body in RECORDS.items():
         added = sandbox.sbuf("--project", "add", "--access", "agent", "--title", title, "--body", body)

@@ -27,12 +27,6 @@ SOME_ID = "01900000-0000-7000-8000-000000000001"
 ENGINE_LINES = f'engine = "postgresql"\ndatabase_url_env = "{VARIABLE}"\n'
 
 
-@pytest.fixture
-def sandbox(postgresql_sandbox: Sandbox) -> Sandbox:
-    """The engine tests' sandbox naming a fresh database (`conftest.py`)."""
-    return postgresql_sandbox
-
-
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stderr
     return result.stdout

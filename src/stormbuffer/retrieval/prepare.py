@@ -94,16 +94,18 @@ def ready_for_retrieval(
 
 
 def fill_store_vectors(paths: StorePaths, embedder: Embedder, limit: int | None) -> None:
-    """Embed up to `limit` of a PostgreSQL store's waiting chunks (all without a limit)."""
+    """Embed up to `limit` of a PostgreSQL store's waiting chunks (all without a limit); the HNSW index is
+    built when these vectors bring the database past its threshold."""
     from ..core.stores import read_config
     from ..embedding.constants import DIMENSION
     from ..engines.postgresql.database import connection
-    from ..engines.postgresql.projecting import fill_vectors
+    from ..engines.postgresql.projecting import ensure_vector_index, fill_vectors
 
     variable = database_variable(paths)
     assert variable is not None
     with connection(variable) as conn:
-        fill_vectors(conn, read_config(paths).record_scope, embedder, dimension=DIMENSION, limit=limit)
+        if fill_vectors(conn, read_config(paths).record_scope, embedder, dimension=DIMENSION, limit=limit):
+            ensure_vector_index(conn)
 
 
 def _sync(

@@ -5,8 +5,9 @@ the caller's transaction, so every server reading the database sees a write toge
 projection. Chunking and the terms are exactly the directory store's (`index.sync.record_chunks`,
 `index.postings.weighted_terms`), so the same records give the same BM25 statistics.
 
-Vector search is exact (a sequential scan) until the projection holds `HNSW_FROM` vectors;
-`ensure_vector_index` then builds an HNSW index (`vector_cosine_ops`), which searches use from then on.
+Vector search is exact (a sequential scan) until the database holds `HNSW_FROM` vectors;
+`ensure_vector_index` then builds an HNSW index (`vector_cosine_ops`), which searches use from then
+on (a read that embedded waiting chunks calls it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ...core.records import Record
     from ...index.sync import Embedder
 
-HNSW_FROM = 50_000  # vectors from which an HNSW index answers instead of an exact scan
+HNSW_FROM = 5_000  # vectors from which an HNSW index answers instead of an exact scan (docs/postgresql.md)
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
 VECTOR_MODEL = "vector_model"  # the model that made the vectors (`index.projection.model_identity`)
