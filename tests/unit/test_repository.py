@@ -1,9 +1,11 @@
-"""Repository lifecycle, proposals, supersession journal and edit conflicts on a real store."""
+"""Repository lifecycle, proposals, supersession journal and edit conflicts on a real store: the rules
+on both engines (a directory and the test session's PostgreSQL server), the files on the directory."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from stormbuffer.core import journal
@@ -13,17 +15,37 @@ from stormbuffer.core.ids import new_record_id
 from stormbuffer.core.locks import exclusive_lock
 from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import Repository
-from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
+from stormbuffer.core.stores import (
+    DATABASE_URL_ENV,
+    DIRECTORY,
+    POSTGRESQL,
+    PlatformDirs,
+    View,
+    initialize_store,
+    resolve_store,
+)
 from stormbuffer.core.timestamps import Timestamp
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repository:
+def make_repo(tmp_path: Path, engine: str = DIRECTORY) -> Repository:
     project = tmp_path / "project"
     project.mkdir()
     paths = resolve_store(View.PROJECT, project, PlatformDirs(tmp_path / "data", tmp_path / "cache"))
-    initialize_store(paths)
+    initialize_store(paths, engine=engine)
     return Repository(paths)
+
+
+@pytest.fixture(params=[DIRECTORY, POSTGRESQL])
+def repo(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Repository:
+    """A store of each engine; the PostgreSQL one in a fresh database of the test server."""
+    if request.param == POSTGRESQL:
+        monkeypatch.setenv(DATABASE_URL_ENV, request.getfixturevalue("postgres_url"))
+    return make_repo(tmp_path, request.param)
+
+
+@pytest.fixture
+def directory_repo(tmp_path: Path) -> Repository:
+    return make_repo(tmp_path)
 
 
 def draft(repo: Repository, title: str = "Deploys need a green build", body: str = "Run the suite first.\n",
@@ -93,7 +115,8 @@ def test_lifecycle_rules(repo: Repository) -> None:
         repo.approve(new_record_id())
 
 
-def test_interrupted_supersession_rolls_forward_on_next_read(repo: Repository) -> None:
+def test_interrupted_supersession_rolls_forward_on_next_read(directory_repo: Repository) -> None:
+    repo = directory_repo
     old = draft(repo, status="active")
     repo.add(old)
     old_path = repo.paths.records / f"{old.id}.md"
@@ -122,7 +145,8 @@ def test_interrupted_supersession_rolls_forward_on_next_read(repo: Repository) -
     assert not repo.paths.journal.exists()
 
 
-def test_journal_recovery_refuses_an_authored_change(repo: Repository) -> None:
+def test_journal_recovery_refuses_an_authored_change(directory_repo: Repository) -> None:
+    repo = directory_repo
     old = draft(repo, status="active")
     repo.add(old)
     old_path = repo.paths.records / f"{old.id}.md"
@@ -145,7 +169,8 @@ def test_stale_editor_gets_a_conflict(repo: Repository) -> None:
     assert repo.find(record.id).record.body == "Newer body.\n"
 
 
-def test_a_lock_busy_for_longer_than_the_wait_is_an_error_without_paths(repo: Repository) -> None:
+def test_a_lock_busy_for_longer_than_the_wait_is_an_error_without_paths(directory_repo: Repository) -> None:
+    repo = directory_repo
     impatient = Repository(repo.paths, lock_wait=0.2)
     with exclusive_lock(repo.paths.mutation_lock):
         with pytest.raises(MutationBusy) as caught:
@@ -154,7 +179,8 @@ def test_a_lock_busy_for_longer_than_the_wait_is_an_error_without_paths(repo: Re
     assert statuses(repo) == {}
 
 
-def test_foreign_scope_file_is_denied(repo: Repository) -> None:
+def test_foreign_scope_file_is_denied(directory_repo: Repository) -> None:
+    repo = directory_repo
     record = draft(repo, status="active")
     repo.add(record)
     path = repo.paths.records / f"{record.id}.md"
@@ -165,7 +191,20 @@ def test_foreign_scope_file_is_denied(repo: Repository) -> None:
         repo.archive(record.id)
 
 
-def test_forget_deletes_the_file(repo: Repository) -> None:
+def test_a_store_busy_in_the_database_for_longer_than_the_wait_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    monkeypatch.setenv(DATABASE_URL_ENV, postgres_url)
+    repo = make_repo(tmp_path, POSTGRESQL)
+    impatient = Repository(repo.paths, lock_wait=0.2)
+    with psycopg.connect(postgres_url) as other:  # another writer of this store, mid-transaction
+        other.execute("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:records:' || %s, 0))", (repo.scope,))
+        with pytest.raises(MutationBusy):
+            impatient.add(draft(repo, status="active"))
+    assert statuses(repo) == {}
+
+
+def test_forget_deletes_the_record(repo: Repository) -> None:
     record = draft(repo, status="active")
     repo.add(record)
     repo.forget(record.id)

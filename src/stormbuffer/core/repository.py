@@ -124,9 +124,9 @@ class Repository:
             yield
 
     @contextmanager
-    def _mutation(self) -> Iterator[_Checked]:
+    def _mutation(self) -> Iterator[RecordTransaction]:
         with self.engine.transaction() as transaction:
-            yield _Checked(transaction)
+            yield transaction
 
     def _check_scope(self, record: Record) -> None:
         if record.scope != self.scope:
@@ -153,7 +153,7 @@ class Repository:
         self._check_scope(record)
         with self._mutation() as store:
             store.guard(ids=[record.id], titles=[record.title])
-            match = store.match(record, exclude={record.id})
+            match = _match(store, record, exclude={record.id})
             store.unused(record.id)
             if match and match[0] == "duplicate":
                 other = match[1]
@@ -196,7 +196,7 @@ class Repository:
                 updated_at=later_of(Timestamp.now(), replacement.created_at),
             )
             store.guard(ids=[replacement.id], titles=[replacement.title])
-            match = store.match(replacement, exclude={old_id, replacement.id})
+            match = _match(store, replacement, exclude={old_id, replacement.id})
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
@@ -224,7 +224,7 @@ class Repository:
             self._check_scope(candidate.record)
             exclude = {record_id, *candidate.record.supersedes}
             store.guard(titles=[candidate.record.title])
-            match = store.match(candidate.record, exclude=exclude)
+            match = _match(store, candidate.record, exclude=exclude)
             if match and match[0] == "duplicate":
                 other = match[1]
                 return ProposalResult(
@@ -237,7 +237,7 @@ class Repository:
                 must_be(old.record, "active")
                 if old.record.scope != candidate.record.scope:
                     raise ScopeDenied(old.record.id)
-                store.supersede(old, activated, candidate, now)
+                _supersede(store, old, activated, candidate, now)
                 return ProposalResult("accepted", record_id, old.record.id, "active", "replacement candidate approved")
             store.replace(candidate, activated)
         return ProposalResult("accepted", record_id, None, "active", "candidate approved")
@@ -291,7 +291,7 @@ class Repository:
                 raise InvalidState(f"record {replacement.id} must stay active; it cannot be made {replacement.status}")
             now = Timestamp.now()
             replacement = replacement.replace(updated_at=later_of(now, replacement.created_at))
-            store.supersede(old, replacement, None, now)
+            _supersede(store, old, replacement, None, now)
         return replacement
 
     def replace_if_unchanged(self, current: StoredRecord, replacement: Record) -> Record:
@@ -316,29 +316,18 @@ class Repository:
             store.remove(store.get(record_id))
 
 
-class _Checked:
-    """A write's unit of work with the rules that need its lookups: duplicate or overlap, supersession."""
+def _match(store: RecordTransaction, record: Record, exclude: set[str]) -> tuple[str, Record] | None:
+    """The first candidate/active record (by location) with the same scope, kind and normalized title:
+    a duplicate when the normalized bodies are equal too, else an overlap. Ids in `exclude` are skipped."""
+    return find_match(list(store.title_matches(record.scope, record.kind, record.title)), record, exclude)
 
-    def __init__(self, transaction: RecordTransaction) -> None:
-        self.transaction = transaction
-        self.get = transaction.get
-        self.unused = transaction.unused
-        self.guard = transaction.guard
-        self.create = transaction.create
-        self.replace = transaction.replace
-        self.remove = transaction.remove
 
-    def match(self, record: Record, exclude: set[str]) -> tuple[str, Record] | None:
-        """The first candidate/active record (by location) with the same scope, kind and normalized
-        title: a duplicate when the normalized bodies are equal too, else an overlap. Ids in `exclude`
-        are skipped."""
-        found = self.transaction.title_matches(record.scope, record.kind, record.title)
-        return find_match(list(found), record, exclude)
-
-    def supersede(self, old: StoredRecord, new: Record, new_before: StoredRecord | None, now: Timestamp) -> None:
-        """`old` superseded and `new` written (over `new_before`, or as a new record), all or nothing."""
-        old_after = old.record.replace(status="superseded", updated_at=later_of(now, old.record.created_at))
-        self.transaction.supersede(old, old_after, new, new_before)
+def _supersede(
+    store: RecordTransaction, old: StoredRecord, new: Record, new_before: StoredRecord | None, now: Timestamp
+) -> None:
+    """`old` superseded and `new` written (over `new_before`, or as a new record), all or nothing."""
+    old_after = old.record.replace(status="superseded", updated_at=later_of(now, old.record.created_at))
+    store.supersede(old, old_after, new, new_before)
 
 
 def find_match(existing: list[StoredRecord], record: Record, exclude: set[str]) -> tuple[str, Record] | None:
