@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,7 @@ from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine_projection
 from stormbuffer.engines.postgresql import projection as pg
 from stormbuffer.engines.postgresql import tables
-from stormbuffer.engines.postgresql.projecting import project, unproject
+from stormbuffer.engines.postgresql.projecting import ensure_vector_index, project, unproject
 from stormbuffer.index import projection as pj
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval.hits import SearchOptions
@@ -146,3 +147,31 @@ def test_filters_and_removed_records_rank_the_same(loaded: Loaded) -> None:
         counted = conn.execute(text("SELECT count(*), sum(length) FROM stormbuffer.projection_chunks")).one()
         kept = conn.execute(text("SELECT chunks, terms FROM stormbuffer.projection_stats")).one()
         assert tuple(kept) == tuple(counted)
+
+
+@contextmanager
+def through_the_index(loaded: Loaded) -> Iterator[pg.PostgresProjection]:
+    """A reading whose planner may not scan the (small) table: vector queries go through the HNSW index."""
+    scope = record_scope(loaded.paths)
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=loaded.embedder.dimension) as projection:
+        assert projection.indexed
+        projection.rows(text("SET LOCAL enable_seqscan = off"))
+        yield projection
+
+
+def test_past_its_threshold_the_hnsw_index_answers_as_exact_search_does(loaded: Loaded) -> None:
+    with loaded.engine.begin() as conn:
+        assert not ensure_vector_index(conn)  # 48 records are far below the threshold: exact search
+        assert ensure_vector_index(conn, at_least=1)
+    with through_the_index(loaded) as projection:
+        plan = projection.rows(text("EXPLAIN SELECT id FROM stormbuffer.projection_chunks "
+                                    "ORDER BY embedding <=> (SELECT embedding FROM stormbuffer.projection_chunks "
+                                    "LIMIT 1) LIMIT 10"))  # fmt: skip
+        assert "Index Scan using projection_chunks_embedding_hnsw" in " ".join(line for (line,) in plan)
+    options = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic"))
+    exact = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root,
+                    dimension=loaded.embedder.dimension, exact=True)  # fmt: skip
+    for query in QUERIES:
+        indexed = rank_projections([partial(through_the_index, loaded)], query, options, embedder=loaded.embedder)
+        scanned = rank_projections([exact], query, options, embedder=loaded.embedder)
+        assert [hit.record_id for hit in indexed.hits] == [hit.record_id for hit in scanned.hits]

@@ -103,15 +103,15 @@ def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimens
         _count(conn, found, store, -int(gone[0]), -int(gone[1]))
 
 
-def ensure_vector_index(conn: Connection) -> bool:
-    """Build the HNSW index once the projection holds `HNSW_FROM` vectors; True when it exists."""
+def ensure_vector_index(conn: Connection, *, at_least: int = HNSW_FROM) -> bool:
+    """Build the HNSW index once the projection holds `at_least` vectors; True when it exists."""
     from sqlalchemy import text
 
     name = f"{SCHEMA}.{HNSW_INDEX}"
     if conn.execute(text("SELECT to_regclass(:name)"), {"name": name}).scalar() is not None:
         return True
     vectors = conn.execute(text(f"SELECT count(*) FROM {SCHEMA}.projection_chunks WHERE embedding IS NOT NULL"))
-    if int(vectors.scalar() or 0) < HNSW_FROM:
+    if int(vectors.scalar() or 0) < at_least:
         return False
     conn.execute(text(f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON {SCHEMA}.projection_chunks "
                       f"USING hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "

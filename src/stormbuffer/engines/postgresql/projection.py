@@ -29,10 +29,23 @@ if TYPE_CHECKING:
     import numpy as np
     from sqlalchemy import Connection, Engine
 
+    from ...core.stores import StorePaths
     from ...index.sync import Embedder
     from ...retrieval.hits import SearchOptions
 
 MAX_EF_SEARCH = 1000  # pgvector's bound on hnsw.ef_search
+
+
+@contextmanager
+def reading_store(paths: StorePaths, store: str, variable: str) -> Iterator[PostgresProjection]:
+    """`reading` the projection of a PostgreSQL store whose database URL is in the environment variable
+    `variable`; any database failure, during the read too, is a StoreError naming the variable."""
+    from ...embedding import DIMENSION
+    from .database import database_url, engine_for, talking_to
+
+    with talking_to(variable), reading(engine_for(database_url(variable)), store, paths.root,
+                                       dimension=DIMENSION) as projection:  # fmt: skip
+        yield projection
 
 
 @contextmanager
@@ -84,8 +97,10 @@ class PostgresProjection:
         return PostgresTerms(self)
 
     def rows(self, statement: Any, parameters: Mapping[str, object] | None = None) -> list[Any]:
+        """The rows of `statement` (none for one that returns none, such as SET)."""
         with self.lock:
-            return list(self.conn.execute(statement, parameters))
+            result = self.conn.execute(statement, parameters)
+            return list(result) if result.returns_rows else []
 
     def chunk_rows(self, chunk_ids: Sequence[int], options: SearchOptions) -> Iterable[ChunkRow]:
         from sqlalchemy import select
