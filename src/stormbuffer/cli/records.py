@@ -21,6 +21,7 @@ from .context import current, fail
 from .editor import edit_text, review_draft
 from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
+from .team_database import database_line
 from .text import one_line
 
 HUMAN_SOURCE = Source("conversation", "stormbuffer:cli", "human")
@@ -141,6 +142,8 @@ def init(shared: bool, engine: str | None) -> None:
     action = out.success("Initialized" if created else "Already initialized")
     suffix = " (shared)" if shared else ""
     click.echo(f"{action} {cli.view.value} store at {out.path(str(paths.root))}{suffix}")
+    if (line := database_line(paths)) is not None:
+        click.echo(line)
     _prepare_retrieval(paths)
     click.echo(out.field("Embedding model", "ready"))
 

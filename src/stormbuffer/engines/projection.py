@@ -76,13 +76,13 @@ def reading(paths: StorePaths) -> AbstractContextManager[Projection]:
     """A read snapshot of the store's projection, from the engine its `store.toml` names; IndexUnavailable
     when a directory store has none (sync first), StoreError when a PostgreSQL store's database cannot
     be used."""
-    from ..core.stores import POSTGRESQL, read_config
+    from ..core.stores import read_config
 
     config = read_config(paths) if paths.is_initialized() else None
-    if config is not None and config.engine == POSTGRESQL and config.database_url_env is not None:
+    if config is not None and config.database is not None:
         from .postgresql.projection import reading_store
 
-        return reading_store(paths, config.record_scope, config.database_url_env)
+        return reading_store(paths, config.record_scope, config.database)
     from .directory.projection import reading as read_directory
 
     return read_directory(paths)
