@@ -79,7 +79,9 @@ def reason(exc: BaseException) -> str:
 
 def named(variable: str) -> str:
     """How messages name the database: by its variable, or as the embedded one."""
-    return "the embedded PostgreSQL database" if variable == EMBEDDED else f"the PostgreSQL database named by {variable}"
+    if variable == EMBEDDED:
+        return "the embedded PostgreSQL database"
+    return f"the PostgreSQL database named by {variable}"
 
 
 @contextmanager
@@ -125,6 +127,5 @@ def prepare_database(variable: str) -> None:
             conn.execute(settings.insert().values(name="schema_version", value=SCHEMA_VERSION))
         elif found.value != SCHEMA_VERSION:
             raise StoreError(
-                f"{named(variable)} holds Stormbuffer schema version {found.value}; "
-                f"this version uses {SCHEMA_VERSION}"
+                f"{named(variable)} holds Stormbuffer schema version {found.value}; this version uses {SCHEMA_VERSION}"
             )

@@ -129,7 +129,7 @@ class Embedded:
                 if not self.is_running():
                     self._start(programs)
         except LockBusy:
-            raise EmbeddedUnavailable("the embedded PostgreSQL is being started by another process; try again") from None
+            raise EmbeddedUnavailable("another process is still starting the embedded PostgreSQL; try again") from None
         return self.url()
 
     def _start(self, programs: Path) -> None:
