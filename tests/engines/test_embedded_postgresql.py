@@ -5,6 +5,7 @@ stops and starts again with the records intact."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
+import psycopg
 import pytest
 
 from stormbuffer.core.errors import StoreError
@@ -23,6 +25,7 @@ from stormbuffer.core.stores import parse_config
 from tests.helpers import Sandbox, invoke, link_tree
 from tests.http.conftest import TIMEOUT, start
 
+VARIABLE = "STORMBUFFER_DATABASE_URL"
 STORE_LINES = 'engine = "postgresql"\ndatabase = "embedded"\n'
 TITLE = "Embedded fact"
 BODY = "The team store runs on the bundled PostgreSQL server."
@@ -58,7 +61,7 @@ def embedded(acquired_models: Path) -> Iterator[Embedded]:
     base = Path(tempfile.mkdtemp(prefix="sbuf-embedded-"))
     base.chmod(0o711)
     box = Sandbox.create(base)
-    box.env.pop("STORMBUFFER_DATABASE_URL", None)
+    box.env.pop(VARIABLE, None)
     box.env["STORMBUFFER_NO_DAEMON"] = "1"
     link_tree(acquired_models, base / "cache" / "stormbuffer" / "models")
     made = Embedded(box)
@@ -162,6 +165,23 @@ def test_stop_then_the_next_process_starts_it_again(embedded: Embedded) -> None:
     assert embedded.sbuf("team", "db", "stop") == "The embedded PostgreSQL was not running.\n"
     assert embedded.sbuf("--global", "list") == before  # started again by the process that needed it
     assert embedded.sbuf("team", "db", "status").splitlines()[0] == "State: running"
+
+
+def test_the_step_to_a_managed_database_keeps_every_byte(embedded: Embedded, postgres_url: str) -> None:
+    """The move docs/team.md shows: export, name the variable in store.toml, init, import."""
+    first, second = embedded.box.base / "first.json", embedded.box.base / "second.json"
+    embedded.sbuf("--global", "export", str(first))
+    config = embedded.box.global_root / "store.toml"
+    config.write_text(config.read_text().replace('database = "embedded"', f'database_url_env = "{VARIABLE}"'))
+    managed = embedded.box.env_with(**{VARIABLE: postgres_url})
+    for args in (("init",), ("import", str(first)), ("export", str(second))):
+        result = embedded.box.sbuf("--global", *args, env=managed)
+        assert result.returncode == 0, result.stderr
+    assert second.read_bytes() == first.read_bytes()
+    exported = {entry["markdown"].encode() for entry in json.loads(first.read_text())["records"]}
+    with psycopg.connect(postgres_url) as conn:
+        stored = {bytes(row[0]) for row in conn.execute("SELECT markdown FROM stormbuffer.records")}
+    assert stored == exported and len(stored) >= 1
 
 
 # ---- one function at a time ----------------------------------------------------------------------------
