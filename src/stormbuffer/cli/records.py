@@ -130,8 +130,8 @@ def _draft_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--engine",
     type=click.Choice(["directory", "postgresql"]),
-    help="Where a new store keeps its records: files under records/ (default), or the PostgreSQL "
-    "database in STORMBUFFER_DATABASE_URL.",
+    help="Where a new store keeps its records: files under records/ (default), or PostgreSQL: the "
+    "database in STORMBUFFER_DATABASE_URL, else the embedded server (`sbuf team db`).",
 )
 def init(shared: bool, engine: str | None) -> None:
     cli = current()
