@@ -14,6 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
@@ -52,23 +53,29 @@ class Embedded:
         return int(self.postmaster()[0])
 
 
-@pytest.fixture(scope="module")
-def embedded(acquired_models: Path) -> Iterator[Embedded]:
-    """One throwaway home for the module, its global store initialized on the embedded server.
-
-    The home lives in the temporary directory, passable by others (0711): under root the server runs as
-    `nobody`, which must reach its directory."""
+@contextmanager
+def throwaway_home(models: Path) -> Iterator[Embedded]:
+    """A home without a database URL, in the temporary directory and passable by others (0711): under
+    root the server runs as `nobody`, which must reach its directory. Its server is stopped at the end."""
     base = Path(tempfile.mkdtemp(prefix="sbuf-embedded-"))
     base.chmod(0o711)
     box = Sandbox.create(base)
     box.env.pop(VARIABLE, None)
     box.env["STORMBUFFER_NO_DAEMON"] = "1"
-    link_tree(acquired_models, base / "cache" / "stormbuffer" / "models")
-    made = Embedded(box)
-    made.init_output = made.sbuf("--global", "init", "--engine", "postgresql")
-    yield made
-    box.sbuf("team", "db", "stop")
-    shutil.rmtree(base, ignore_errors=True)
+    link_tree(models, base / "cache" / "stormbuffer" / "models")
+    try:
+        yield Embedded(box)
+    finally:
+        box.sbuf("team", "db", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def embedded(acquired_models: Path) -> Iterator[Embedded]:
+    """One throwaway home for the module, its global store initialized on the embedded server."""
+    with throwaway_home(acquired_models) as made:
+        made.init_output = made.sbuf("--global", "init", "--engine", "postgresql")
+        yield made
 
 
 def test_init_without_a_url_creates_the_embedded_server(embedded: Embedded) -> None:
@@ -182,6 +189,39 @@ def test_the_step_to_a_managed_database_keeps_every_byte(embedded: Embedded, pos
     with psycopg.connect(postgres_url) as conn:
         stored = {bytes(row[0]) for row in conn.execute("SELECT markdown FROM stormbuffer.records")}
     assert stored == exported and len(stored) >= 1
+
+
+def test_processes_starting_it_at_once_make_one_server(acquired_models: Path) -> None:
+    with throwaway_home(acquired_models) as fresh:
+        with ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(lambda _: fresh.box.sbuf("team", "db", "start"), range(3)))
+        assert [(result.returncode, result.stdout) for result in results] == [
+            (0, "The embedded PostgreSQL is running.\n")
+        ] * 3, [result.stderr for result in results]
+        servers = [path for path in Path("/proc").iterdir() if path.name.isdigit() and _runs_in(path, fresh.base)]
+        assert len(servers) == 1 and int(servers[0].name) == fresh.pid()
+
+
+def _runs_in(process: Path, base: Path) -> bool:
+    """Whether `process` is a postmaster of the data directory under `base`."""
+    try:
+        command = (process / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return command[0].endswith(b"/postgres") and str(base / "data").encode() in command
+
+
+def test_a_cluster_it_cannot_run_is_one_clear_error(acquired_models: Path) -> None:
+    with throwaway_home(acquired_models) as fresh:
+        (fresh.base / "data").mkdir(parents=True)
+        (fresh.base / "data" / "PG_VERSION").write_text("15\n")
+        result = fresh.box.sbuf("--global", "init", "--engine", "postgresql")
+        assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
+        assert result.stderr == (
+            "error: could not initialize store: the embedded PostgreSQL's data is of PostgreSQL 15; "
+            "this version runs 18\n"
+        )
+        assert not (fresh.box.global_root / "store.toml").exists()
 
 
 # ---- one function at a time ----------------------------------------------------------------------------

@@ -152,15 +152,18 @@ class Embedded:
         self._create_database()
 
     def _own(self, directory: Path) -> None:
-        """Make `directory` private (0700) to the server's user, refusing one that belongs to someone else."""
+        """Make `directory` private (0700) to the server's user (closing it when it is open to others),
+        refusing one that belongs to someone else or is not a directory."""
         make_private(directory)
         server = _server_user()
         if server is not None and directory.lstat().st_uid == 0:
             os.chown(directory, server.pw_uid, server.pw_gid)
         info = directory.lstat()
         owner = os.geteuid() if server is None else server.pw_uid
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != owner or info.st_mode & 0o077:
-            raise EmbeddedUnavailable(f"the embedded PostgreSQL's directory {directory.name} is not private to it")
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != owner:
+            raise EmbeddedUnavailable(f"the embedded PostgreSQL's directory {directory.name} is not its own")
+        if info.st_mode & 0o077:
+            directory.chmod(0o700)
 
     def _initdb(self, programs: Path) -> None:
         """A new cluster in `data.new/`, renamed to `data/` once complete (a killed initdb leaves no `data/`)."""
