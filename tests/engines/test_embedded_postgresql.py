@@ -164,14 +164,23 @@ def test_the_team_server_serves_the_embedded_store(embedded: Embedded) -> None:
     assert "Remembered over HTTP by a team." in shown and 'actor = "alice"' in shown
 
 
-def test_stop_then_the_next_process_starts_it_again(embedded: Embedded) -> None:
+def test_stop_then_the_next_access_starts_it_again(embedded: Embedded) -> None:
     before = embedded.sbuf("--global", "list")
+    with_daemon = embedded.box.env_with(STORMBUFFER_NO_DAEMON=None)
+    started = invoke("context", {"version": 1, "query": "bundled"}, cwd=embedded.box.cwd, env=with_daemon,
+                     view="global")  # fmt: skip
+    assert started["ok"] is True  # the daemon runs, attached to the server
     assert embedded.sbuf("team", "db", "stop") == "Stopped the embedded PostgreSQL.\n"
     assert embedded.sbuf("team", "db", "status").splitlines()[0] == "State: stopped"
     assert not (embedded.base / "data" / "postmaster.pid").exists()
     assert embedded.sbuf("team", "db", "stop") == "The embedded PostgreSQL was not running.\n"
-    assert embedded.sbuf("--global", "list") == before  # started again by the process that needed it
+    served = _served(embedded, with_daemon)
+    assert embedded.box.sbuf("--global", "list", env=with_daemon).stdout == before  # the daemon starts it
+    assert _served(embedded, with_daemon) > served
     assert embedded.sbuf("team", "db", "status").splitlines()[0] == "State: running"
+    assert embedded.sbuf("team", "db", "stop") == "Stopped the embedded PostgreSQL.\n"
+    assert embedded.sbuf("--global", "list") == before  # and so does a new process
+    assert embedded.box.sbuf("daemon", "stop", env=with_daemon).returncode == 0
 
 
 def test_the_step_to_a_managed_database_keeps_every_byte(embedded: Embedded, postgres_url: str) -> None:
@@ -222,6 +231,12 @@ def test_a_cluster_it_cannot_run_is_one_clear_error(acquired_models: Path) -> No
             "this version runs 18\n"
         )
         assert not (fresh.box.global_root / "store.toml").exists()
+
+
+def _served(embedded: Embedded, env: dict[str, str]) -> int:
+    """How many requests the running daemon has served."""
+    status = embedded.box.sbuf("daemon", "status", env=env).stdout
+    return int(next(line for line in status.splitlines() if line.startswith("Served: ")).split()[1])
 
 
 # ---- one function at a time ----------------------------------------------------------------------------

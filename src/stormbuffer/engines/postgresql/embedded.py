@@ -13,8 +13,8 @@ global store's directory, not in it: it holds the records of every embedded stor
 One server serves every store of the user (each store's rows carry its scope) from one database,
 `stormbuffer`. Whichever process opens an embedded store first starts the server (`pg_ctl`
 detaches it); every later one attaches to the running server through the socket. It keeps running,
-like a service, until `sbuf team db stop` (or a reboot); the next process to open a store starts it
-again. Access is the socket's directory: only the user who owns it can reach the server, which
+like a service, until `sbuf team db stop` (or a reboot); the next access to a store, from a new
+process or a running one, starts it again. Access is the socket's directory: only the user who owns it can reach the server, which
 trusts local connections. PostgreSQL refuses to run as root: under root the server runs as `nobody`
 (its directories are `nobody`'s, and the directories above them must let `nobody` pass).
 """
@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from ...core.dirs import PlatformDirs, make_private
@@ -47,10 +46,9 @@ _SOCKET_LIMIT = 100  # bytes: a Unix socket's path must stay below 108 (`.s.PGSQ
 _PORT = 5432  # names the socket file only: the server opens no TCP port
 
 
-@cache
 def attach() -> str:
-    """The URL of the current user's embedded server, started when needed (checked once per process)."""
-    return Embedded.of_user().ensure_running()
+    """The URL of the current user's embedded server, started when its socket is missing."""
+    return Embedded.of_user().attach()
 
 
 def _server_user() -> pwd.struct_passwd | None:
@@ -118,6 +116,16 @@ class Embedded:
             return False
 
     # ---- starting and stopping -----------------------------------------------------------------------
+
+    def attach(self) -> str:
+        """The server's URL when its socket is there (a stat: every database access asks), else `ensure_running`.
+
+        A server stopped by `sbuf team db stop` removes its socket, so long-running processes (the
+        daemon, `sbuf serve`) start it again on their next access; a killed one leaves the socket, and
+        accesses fail as unreachable until `sbuf team db start`."""
+        if (self.sockets / f".s.PGSQL.{_PORT}").exists():
+            return self.url()
+        return self.ensure_running()
 
     def ensure_running(self) -> str:
         """Attach to the running server, or initialize and start it; the URL of the `stormbuffer` database."""
