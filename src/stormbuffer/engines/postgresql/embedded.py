@@ -15,8 +15,9 @@ One server serves every store of the user (each store's rows carry its scope) fr
 detaches it); every later one attaches to the running server through the socket. It keeps running,
 like a service, until `sbuf team db stop` (or a reboot); the next access to a store, from a new
 process or a running one, starts it again. Access is the socket's directory: only the user who
-owns it can reach the server, which trusts local connections. PostgreSQL refuses to run as root: under root the server runs as `nobody`
-(its directories are `nobody`'s, and the directories above them must let `nobody` pass).
+owns it can reach the server, which trusts local connections. PostgreSQL refuses to run as root:
+under root the server runs as `nobody` (its directories are `nobody`'s, and the directories above
+them must let `nobody` pass).
 """
 
 from __future__ import annotations
