@@ -5,8 +5,8 @@ For each of `--rounds` fresh homes, in this order:
 - first start: `sbuf team db start` where nothing exists yet (initdb, the server's start, the
   `stormbuffer` database with pgvector);
 - attach: `sbuf team db start` again, `--attach` times, with the server running (a process that
-  finds the server and connects), and the same check in this process (`Embedded.ensure_running`,
-  what every process opening an embedded store adds);
+  finds the server and connects); in this process, `Embedded.attach` (what every database access
+  adds: a look for the socket) and `Embedded.ensure_running` (a connection that proves it runs);
 - restart: `sbuf team db stop`, then `sbuf team db start` (a start without initdb);
 - a fresh embedded store: `sbuf --global init --engine postgresql`, then the size on disk of the
   server's directory and of the `stormbuffer` database.
@@ -72,18 +72,20 @@ def one_round(models: Path, attach: int) -> dict[str, Any]:
     try:
         first = timed(env, "team", "db", "start")
         attached = [timed(env, "team", "db", "start") for _ in range(attach)]
-        in_process = []
+        in_process: dict[str, list[float]] = {"attach": [], "ensure_running": []}
         for _ in range(attach):
-            began = time.perf_counter()
-            server.ensure_running()
-            in_process.append(time.perf_counter() - began)
+            for name, call in (("attach", server.attach), ("ensure_running", server.ensure_running)):
+                began = time.perf_counter()
+                call()
+                in_process[name].append(time.perf_counter() - began)
         timed(env, "team", "db", "stop")
         restart = timed(env, "team", "db", "start")
         init = timed(env, "--global", "init", "--engine", "postgresql")
         return {
             "first_start_s": first,
             "attach_process_p50_s": statistics.median(attached),
-            "attach_in_process_p50_s": statistics.median(in_process),
+            "attach_in_process_p50_s": statistics.median(in_process["attach"]),
+            "running_check_in_process_p50_s": statistics.median(in_process["ensure_running"]),
             "restart_s": restart,
             "init_s": init,
             "directory_bytes": size(server.base),
@@ -114,7 +116,7 @@ def main() -> None:
     for key, value in summary.items():
         if key.endswith("_s"):
             ratio = "" if "in_process" in key else f"{value / version:12.1f}"
-            print(f"{key:34} {value * 1000:9.1f} ms {ratio}")
+            print(f"{key:34} {value * 1000:9.3f} ms {ratio}")
         else:
             print(f"{key:34} {value / 2**20:8.1f} MiB")
     save(RESULTS, {"sbuf_version_p50_s": version, "median": summary, "rounds": rounds, "arguments": vars(args)})

@@ -210,6 +210,7 @@ class Embedded:
             subprocess.run([str(part) for part in command], check=True, capture_output=True,
                            timeout=START_TIMEOUT + 30, **as_server)  # type: ignore[call-overload]  # fmt: skip
         except (OSError, subprocess.SubprocessError):
+            hint = "" if server is None else "; under root it runs as `nobody`: it must pass the directories above"
             raise EmbeddedUnavailable(
-                f"the embedded PostgreSQL failed: {name} did not succeed (its log: `sbuf team db status`)"
+                f"the embedded PostgreSQL failed: {name} did not succeed (its log: `sbuf team db status`){hint}"
             ) from None
