@@ -18,11 +18,12 @@ from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.errors import Conflict
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, View, resolve_store
-from tests.helpers import Sandbox, editor, link_tree
+from tests.helpers import Sandbox, editor, invoke, link_tree
 from tests.postgres import PASSWORD, PostgresServer
 
 VARIABLE = "STORMBUFFER_DATABASE_URL"
 REFERENCE_STORE = Path(__file__).resolve().parents[1] / "fixtures" / "reference-store" / ".sbuf"
+SOME_ID = "01900000-0000-7000-8000-000000000001"
 ENGINE_LINES = f'engine = "postgresql"\ndatabase_url_env = "{VARIABLE}"\n'
 
 
@@ -109,6 +110,11 @@ def test_a_database_that_cannot_be_used_is_one_clear_error(sandbox: Sandbox, pos
         assert line.startswith("error: could not list records: ") and reason in line, line
         assert VARIABLE in line
         assert PASSWORD not in line and str(postgres_server.base) not in line and "127.0.0.1" not in line
+    envelope = invoke("get", {"version": 1, "id": SOME_ID}, cwd=sandbox.cwd, env=sandbox.env_with(**{VARIABLE: closed}))
+    assert envelope["error"] == {
+        "code": "internal_error",
+        "message": "the store's PostgreSQL database cannot be used; `sbuf list` on this store says why",
+    }
     fresh = sandbox.base / "fresh"
     fresh.mkdir()
     line = failed(sandbox.sbuf("--project", "init", "--engine", "postgresql", cwd=fresh,
@@ -291,3 +297,34 @@ def test_writers_killed_mid_write_leave_no_partial_record(sandbox: Sandbox) -> N
     assert kills == 12
     listed = ok(sandbox.sbuf("--project", "list", "--all")).splitlines()
     assert len(listed) == len(rows(sandbox.env[VARIABLE])) > 12
+
+
+# ---- the agent doors -------------------------------------------------------------------------------
+
+
+def test_invoke_and_the_daemon_answer_from_the_database(sandbox: Sandbox) -> None:
+    from stormbuffer.daemon import relay
+
+    env = sandbox.env_with(STORMBUFFER_NO_DAEMON=None)
+    ok(sandbox.sbuf("--project", "init", "--engine", "postgresql", env=env))
+    source = {"kind": "conversation", "reference": "session 7", "actor": "agent"}
+    remember = {"version": 1, "title": "Deploys wait for a green build", "kind": "procedure",
+                "body": "Tag a release only after the whole suite passed.", "source": source}  # fmt: skip
+    proposed = invoke("remember", remember, cwd=sandbox.cwd, env=env)["result"]
+    assert proposed["outcome"] == "requires_approval"
+    record_id = proposed["record_id"]
+    ok(sandbox.sbuf("--project", "approve", record_id, env=env))
+    got = invoke("get", {"version": 1, "id": record_id}, cwd=sandbox.cwd, env=env)["result"]
+    assert got["status"] == "active" and parse_markdown(rows(sandbox.env[VARIABLE])[record_id]).status == "active"
+
+    hits = invoke("search", {"version": 1, "query": "green build release", "limit": 5}, cwd=sandbox.cwd, env=env)
+    assert [hit["record_id"] for hit in hits["result"]] == [record_id]
+    deadline = time.monotonic() + 30
+    while relay.ask("status", env) is None and time.monotonic() < deadline:  # started after the search
+        time.sleep(0.2)
+    served = int(relay.ask("status", env)["served"])
+    second = invoke("remember", {**remember, "title": "Releases are tagged on main"}, cwd=sandbox.cwd, env=env)
+    assert int(relay.ask("status", env)["served"]) > served  # the daemon wrote it
+    assert second["result"]["record_id"] in rows(sandbox.env[VARIABLE])
+    again = invoke("search", {"version": 1, "query": "tagged on main", "limit": 5}, cwd=sandbox.cwd, env=env)
+    assert second["result"]["record_id"] not in [hit["record_id"] for hit in again["result"]]  # a candidate

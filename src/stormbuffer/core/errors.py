@@ -41,6 +41,10 @@ class NotInitialized(StoreError):
         super().__init__("store is not initialized (run `sbuf init`, or `sbuf --project init` for a project store)")
 
 
+class DatabaseUnavailable(StoreError):
+    """A PostgreSQL store's database cannot be used; the message names the variable, never the URL."""
+
+
 class RepositoryError(StormbufferError):
     """A repository operation was refused."""
 

@@ -76,13 +76,21 @@ def reading(paths: StorePaths) -> AbstractContextManager[Projection]:
     """A read snapshot of the store's projection, from the engine its `store.toml` names; IndexUnavailable
     when a directory store has none (sync first), StoreError when a PostgreSQL store's database cannot
     be used."""
-    from ..core.stores import read_config
+    from ..core.stores import record_scope
 
-    config = read_config(paths) if paths.is_initialized() else None
-    if config is not None and config.database is not None:
+    variable = database_variable(paths)
+    if variable is not None:
         from .postgresql.projection import reading_store
 
-        return reading_store(paths, config.record_scope, config.database)
+        return reading_store(paths, record_scope(paths), variable)
     from .directory.projection import reading as read_directory
 
     return read_directory(paths)
+
+
+def database_variable(paths: StorePaths) -> str | None:
+    """The database of a PostgreSQL store (the environment variable naming it, or `EMBEDDED`); None for a
+    directory store."""
+    from ..core.stores import read_config
+
+    return read_config(paths).database if paths.is_initialized() else None

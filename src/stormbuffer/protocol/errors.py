@@ -10,6 +10,7 @@ from __future__ import annotations
 from stormbuffer.core.errors import (
     AccessDenied,
     Conflict,
+    DatabaseUnavailable,
     IndexBusy,
     IndexUnavailable,
     InvalidInput,
@@ -49,6 +50,11 @@ _CORE_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
         NotInitialized,
         "not_initialized",
         "the selected store is not initialized; run `sbuf init` (or `sbuf --project init`)",
+    ),
+    (
+        DatabaseUnavailable,
+        "internal_error",
+        "the store's PostgreSQL database cannot be used; `sbuf list` on this store says why",
     ),
     (NotFound, "not_found", "record was not found"),
     (ScopeDenied, "scope_denied", "record is outside the selected scope"),

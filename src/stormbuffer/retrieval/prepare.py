@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
+from ..engines.projection import database_variable
 from ..index.sync import READ_EMBED_LIMIT, refresh_vectors, sync_store, vectors_current
 
 if TYPE_CHECKING:
@@ -62,6 +63,17 @@ def ready_for_retrieval(
     refresh gives `embedding_execution_failed`.
     """
     ready = Readiness()
+    in_database = [paths for paths in stores if database_variable(paths) is not None]
+    if in_database:  # their projection moves with every write: only vectors may be waiting
+        stores = [paths for paths in stores if paths not in in_database]
+        embedder, reason = open_model() if open_model is not None else (None, None)
+        if embedder is not None:
+            model, limit = embedder, READ_EMBED_LIMIT if bounded else None
+            _each(ready, in_database, lambda paths: fill_store_vectors(paths, model, limit))
+        if not stores:
+            ready.embedder, ready.fallback = embedder, ready.fallback or reason
+            return ready
+        open_model = (lambda: (embedder, reason)) if open_model is not None else None
     if open_model is None:
         _each(ready, stores, lambda paths: _sync(paths, None, freshness, progress))
         return ready
@@ -79,6 +91,19 @@ def ready_for_retrieval(
         _each(ready, stale, lambda paths: refresh_vectors(paths, embedder, limit=limit, progress=progress))
     ready.fallback = ready.fallback or reason
     return ready
+
+
+def fill_store_vectors(paths: StorePaths, embedder: Embedder, limit: int | None) -> None:
+    """Embed up to `limit` of a PostgreSQL store's waiting chunks (all without a limit)."""
+    from ..core.stores import read_config
+    from ..embedding.constants import DIMENSION
+    from ..engines.postgresql.database import connection
+    from ..engines.postgresql.projecting import fill_vectors
+
+    variable = database_variable(paths)
+    assert variable is not None
+    with connection(variable) as conn:
+        fill_vectors(conn, read_config(paths).record_scope, embedder, dimension=DIMENSION, limit=limit)
 
 
 def _sync(

@@ -1,7 +1,7 @@
 """Reaching the database a PostgreSQL store's `store.toml` names through an environment variable.
 
 The URL is read from the variable when the store is opened and never written anywhere. Every
-failure becomes one StoreError naming the variable and the reason (not set, not a PostgreSQL URL,
+failure becomes one DatabaseUnavailable naming the variable and the reason (not set, not a PostgreSQL URL,
 unreachable, authentication failed, no such database, no pgvector, schema missing) and never the
 URL, its password or its host.
 """
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING
 
-from ...core.errors import StoreError
+from ...core.errors import DatabaseUnavailable, StoreError
 from ...core.stores import EMBEDDED
 
 if TYPE_CHECKING:
@@ -40,10 +40,12 @@ def database_url(variable: str) -> str:
         return attach()
     url = os.environ.get(variable, "").strip()
     if not url:
-        raise StoreError(f"{variable} is not set: this store keeps its records in the PostgreSQL database it names")
+        raise DatabaseUnavailable(
+            f"{variable} is not set: this store keeps its records in the PostgreSQL database it names"
+        )
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
-        raise StoreError(f"{variable} is not a postgresql:// URL")
+        raise DatabaseUnavailable(f"{variable} is not a postgresql:// URL")
     return f"postgresql+psycopg://{rest}"
 
 
@@ -86,13 +88,13 @@ def named(variable: str) -> str:
 
 @contextmanager
 def talking_to(variable: str) -> Iterator[None]:
-    """Turn any database failure inside the block into a sanitized StoreError naming `variable`."""
+    """Turn any database failure inside the block into a sanitized DatabaseUnavailable naming `variable`."""
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     try:
         yield
     except (SQLAlchemyError, ArgumentError) as exc:
-        raise StoreError(f"{named(variable)} cannot be used: {reason(exc)}") from None
+        raise DatabaseUnavailable(f"{named(variable)} cannot be used: {reason(exc)}") from None
 
 
 @contextmanager
@@ -116,7 +118,7 @@ def prepare_database(variable: str) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"))
         available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
         if available is None:
-            raise StoreError(
+            raise DatabaseUnavailable(
                 f"{named(variable)} cannot be used: the server has no pgvector "
                 "extension (install pgvector 0.5 or later)"
             )

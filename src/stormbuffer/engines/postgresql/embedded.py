@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.dirs import PlatformDirs, make_private
-from ...core.errors import StoreError
+from ...core.errors import DatabaseUnavailable
 from ...core.locks import LockBusy, exclusive_lock
 
 MAJOR = 18  # the bundled PostgreSQL major a new cluster is made with
@@ -57,7 +57,7 @@ def _server_user() -> pwd.struct_passwd | None:
     return pwd.getpwnam("nobody") if os.geteuid() == 0 else None
 
 
-class EmbeddedUnavailable(StoreError):
+class EmbeddedUnavailable(DatabaseUnavailable):
     """The embedded server cannot be used; the message says why and what to do."""
 
 

@@ -103,6 +103,36 @@ def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimens
         _count(conn, found, store, -int(gone[0]), -int(gone[1]))
 
 
+def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension: int, limit: int | None = None) -> int:
+    """Embed up to `limit` of the store's chunks that have no vector yet (every chunk again when another
+    model made the others), in the caller's transaction; returns how many. Rows another process is
+    embedding at the same moment are skipped, not waited for."""
+    from sqlalchemy import bindparam, select, update
+
+    from ...index import projection as pj
+    from ...index.chunking import VECTOR_CHUNKS
+
+    found = tables(dimension)
+    c, kept = found.chunks.c, found.settings.c
+    identity = pj.model_identity(embedder)
+    made_by = conn.execute(select(kept.value).where(kept.store == store, kept.key == VECTOR_MODEL)).scalar()
+    if made_by != identity:
+        if made_by is not None:
+            conn.execute(update(found.chunks).where(c.store == store).values(embedding=None, sentence_vectors=None))
+        _set(conn, found, store, VECTOR_MODEL, identity)
+    waiting = (select(c.id, c.embed_text, c.text).where(c.store == store, c.embedding.is_(None),
+               c.ordinal < VECTOR_CHUNKS).order_by(c.id).limit(limit).with_for_update(skip_locked=True))  # fmt: skip
+    rows = conn.execute(waiting).all()
+    if not rows:
+        return 0
+    matrix, sentences = _chunk_vectors(embedder, [(embed_text, text) for _id, embed_text, text in rows])
+    conn.execute(update(found.chunks).where(c.id == bindparam("chunk")).values(
+        embedding=bindparam("vector"), sentence_vectors=bindparam("sentences")), [
+        {"chunk": row[0], "vector": vector, "sentences": blob} for row, vector, blob in zip(rows, matrix, sentences,
+                                                                                           strict=True)])  # fmt: skip
+    return len(rows)
+
+
 def ensure_vector_index(conn: Connection, *, at_least: int = HNSW_FROM) -> bool:
     """Build the HNSW index once the projection holds `at_least` vectors; True when it exists."""
     from sqlalchemy import text

@@ -121,7 +121,7 @@ class PostgresProjection:
             r.sources,
             r.created_at,
         ).join_from(self.found.chunks, self.found.records)
-        statement = _filtered(statement.where(c.id.in_(list(chunk_ids))), r, options)  # fmt: skip
+        statement = _filtered(statement.where(c.id == _any(chunk_ids)), r, options)  # fmt: skip
         return self.rows(statement)
 
     def sentence_blobs(self, chunks: Iterable[int]) -> dict[int, bytes]:
@@ -131,7 +131,7 @@ class PostgresProjection:
         if not wanted:
             return {}
         c = self.found.chunks.c
-        statement = select(c.id, c.sentence_vectors).where(c.id.in_(wanted), c.sentence_vectors.is_not(None),
+        statement = select(c.id, c.sentence_vectors).where(c.id == _any(wanted), c.sentence_vectors.is_not(None),
                                                             c.store == self.store)  # fmt: skip
         return {chunk: bytes(blob) for chunk, blob in self.rows(statement)}
 
@@ -148,27 +148,27 @@ class PostgresTerms:
     projection: PostgresProjection
 
     def own(self, term: str) -> bytes | None:
-        from sqlalchemy import and_, select
+        from sqlalchemy import and_
 
-        p = self.projection.found.postings.c
-        where = and_(p.store == self.projection.store, p.term == term)
-        rows = self.projection.rows(select(p.chunk, p.count, p.length).where(where).order_by(p.chunk))
-        return _packed(rows) if rows else None
+        table = self.projection.found.postings
+        p = table.c
+        ((packed,),) = self.projection.rows(
+            _packed_entries(table, and_(p.store == self.projection.store, p.term == term))
+        )
+        return None if packed is None else _little_endian(packed)
 
     def prefixed(self, term: str) -> list[bytes]:
-        from sqlalchemy import and_, func, select
+        from sqlalchemy import and_, func
 
-        p = self.projection.found.postings.c
+        table = self.projection.found.postings
+        p = table.c
         if ord(term[-1]) < 0x10FFFF:
             after = term[:-1] + chr(ord(term[-1]) + 1)
             where = and_(p.store == self.projection.store, p.term > term, p.term < after)
         else:
             where = and_(p.store == self.projection.store, p.term > term, func.left(p.term, len(term)) == term)
-        rows = self.projection.rows(select(p.term, p.chunk, p.count, p.length).where(where).order_by(p.term, p.chunk))
-        grouped: dict[str, list[tuple[int, int, int]]] = {}
-        for found, chunk, count, length in rows:
-            grouped.setdefault(found, []).append((chunk, count, length))
-        return [_packed(entries) for entries in grouped.values()]
+        found = self.projection.rows(_packed_entries(table, where, by_term=True))
+        return [_little_endian(packed) for (packed,) in found]
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ class PgVectorSearch:
 
         c = self.projection.found.chunks.c
         statement = (select(c.id, c.embedding.cosine_distance(query_vector))
-                     .where(c.store == self.projection.store, c.id.in_(list(chunks)), c.embedding.is_not(None))
+                     .where(c.store == self.projection.store, c.id == _any(chunks), c.embedding.is_not(None))
                      .order_by(c.id))  # fmt: skip
         rows = self.projection.rows(statement)
         return [int(chunk) for chunk, _away in rows], [1.0 - float(away) for _chunk, away in rows]
@@ -228,11 +228,32 @@ def _filtered(statement: Any, r: Any, options: SearchOptions) -> Any:
     return statement
 
 
-def _packed(rows: Sequence[tuple[int, int, int]]) -> bytes:
+def _any(values: Iterable[int]) -> Any:
+    """`= ANY(:array)`: one parameter however many ids (an IN list binds each)."""
+    from sqlalchemy import BigInteger, any_, literal
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    return any_(literal(list(values), ARRAY(BigInteger)))
+
+
+_BIG_ENDIAN = [("chunk", ">i4"), ("count", ">u2"), ("length", ">u2")]
+
+
+def _packed_entries(table: Any, where: Any, *, by_term: bool = False) -> Any:
+    """The postings rows matching `where` packed by the server, one bytea (per term with `by_term`) of
+    big-endian (chunk int32, count uint16, length uint16) in chunk order: one value to read, not a row each."""
+    from sqlalchemy import literal_column, select
+
+    low16 = "substring(int4send({}) from 3 for 2)"  # the low two bytes of a (non-negative) int4
+    aggregate: Any = literal_column(f"string_agg(int4send(chunk::int4) || {low16.format('count')} || "
+                               f"{low16.format('length')}, ''::bytea ORDER BY chunk)")  # fmt: skip
+    statement = select(aggregate).select_from(table).where(where)
+    return statement.group_by(table.c.term).order_by(table.c.term) if by_term else statement
+
+
+def _little_endian(packed: bytes) -> bytes:
+    """Entries as `index.postings` reads them (little-endian), from the server's big-endian packing."""
     import numpy as np
 
-    entries = np.empty(len(rows), dtype=postings.entry_dtype())
-    if rows:
-        chunk, count, length = zip(*rows, strict=True)
-        entries["chunk"], entries["count"], entries["length"] = chunk, count, length
-    return entries.tobytes()
+    entries = np.frombuffer(packed, dtype=_BIG_ENDIAN)
+    return entries.astype(postings.entry_dtype()).tobytes()

@@ -44,11 +44,12 @@ class PostgreSQLStore:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def _rows(self, conn: Connection, *where: Any, order: Any = None) -> list[StoredRecord]:
+    def rows(self, conn: Connection, *where: Any) -> list[StoredRecord]:
+        """This store's records that meet the conditions `where`, by location."""
         from .schema import records
 
         query = records.select().with_only_columns(records.c.path, records.c.markdown)
-        query = query.where(records.c.store == self.scope, *where).order_by(order or records.c.path)
+        query = query.where(records.c.store == self.scope, *where).order_by(records.c.path)
         return [self._stored(row.path, row.markdown) for row in conn.execute(query)]
 
     def _stored(self, location: str, data: bytes) -> StoredRecord:
@@ -61,7 +62,7 @@ class PostgreSQLStore:
         from .schema import records
 
         with connection(self.variable) as conn:
-            found = self._rows(conn, records.c.id == record_id)
+            found = self.rows(conn, records.c.id == record_id)
         if not found:
             raise NotFound(record_id)
         return found[0]
@@ -81,14 +82,14 @@ class PostgreSQLStore:
     ]:  # fmt: skip
         """Every record, by location; the table holds only records the codec wrote, so none is invalid."""
         with connection(self.variable) as conn:
-            stored = self._rows(conn)
+            stored = self.rows(conn)
         if progress is not None:
             for done in range(1, len(stored) + 1):
                 progress(done, len(stored))
         return stored, []
 
     def review_records(self) -> tuple[list[StoredRecord], Invalid]:
-        from sqlalchemy import and_, or_, select
+        from sqlalchemy import and_, select
 
         from .schema import records
 
@@ -101,11 +102,11 @@ class PostgreSQLStore:
             candidate.c.scope == records.c.scope,
         )
         with connection(self.variable) as conn:
-            stored = self._rows(conn, and_(records.c.status.in_(MATCHING), overlapping.exists()))
+            stored = self.rows(conn, and_(records.c.status.in_(MATCHING), overlapping.exists()))
             known = {item.record.id for item in stored}
             wanted = {old for item in stored for old in item.record.supersedes if old not in known}
             if wanted:
-                stored += self._rows(conn, or_(*(records.c.id == record_id for record_id in sorted(wanted))))
+                stored += self.rows(conn, records.c.id.in_(sorted(wanted)))
         return sorted(stored, key=lambda item: item.path.as_posix()), []
 
     # ---- writing -------------------------------------------------------------------------
@@ -190,7 +191,7 @@ class PostgreSQLTransaction:
     def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
         from .schema import records
 
-        found = self.store._rows(self.conn, records.c.id == record_id)
+        found = self.store.rows(self.conn, records.c.id == record_id)
         if not found:
             raise NotFound(record_id)
         return found[0]
@@ -205,7 +206,7 @@ class PostgreSQLTransaction:
     def title_matches(self, scope: str, kind: str, title: str) -> Iterator[StoredRecord]:
         from .schema import records
 
-        yield from self.store._rows(
+        yield from self.store.rows(
             self.conn,
             records.c.title_key == normalize(title),
             records.c.kind == kind,
