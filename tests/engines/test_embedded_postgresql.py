@@ -54,11 +54,15 @@ class Embedded:
 
 
 @contextmanager
-def throwaway_home(models: Path) -> Iterator[Embedded]:
+def throwaway_home(models: Path, depth: int = 0) -> Iterator[Embedded]:
     """A home without a database URL, in the temporary directory and passable by others (0711): under
-    root the server runs as `nobody`, which must reach its directory. Its server is stopped at the end."""
-    base = Path(tempfile.mkdtemp(prefix="sbuf-embedded-"))
+    root the server runs as `nobody`, which must reach its directory. Its path has a space, and `depth`
+    more directories of 20 characters. Its server is stopped at the end."""
+    base = Path(tempfile.mkdtemp(prefix="sbuf embedded-"))
     base.chmod(0o711)
+    for _ in range(depth):
+        base = base / ("d" * 20)
+        base.mkdir(mode=0o711)
     box = Sandbox.create(base)
     box.env.pop(VARIABLE, None)
     box.env["STORMBUFFER_NO_DAEMON"] = "1"
@@ -67,7 +71,7 @@ def throwaway_home(models: Path) -> Iterator[Embedded]:
         yield Embedded(box)
     finally:
         box.sbuf("team", "db", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(base.parents[depth - 1] if depth else base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +205,8 @@ def test_the_step_to_a_managed_database_keeps_every_byte(embedded: Embedded, pos
 
 
 def test_processes_starting_it_at_once_make_one_server(acquired_models: Path) -> None:
-    with throwaway_home(acquired_models) as fresh:
+    """In a home whose path is too long for a socket in `run/`: the socket goes to a private directory."""
+    with throwaway_home(acquired_models, depth=4) as fresh:
         with ThreadPoolExecutor(3) as pool:
             results = list(pool.map(lambda _: fresh.box.sbuf("team", "db", "start"), range(3)))
         assert [(result.returncode, result.stdout) for result in results] == [
@@ -209,6 +214,10 @@ def test_processes_starting_it_at_once_make_one_server(acquired_models: Path) ->
         ] * 3, [result.stderr for result in results]
         servers = [path for path in Path("/proc").iterdir() if path.name.isdigit() and _runs_in(path, fresh.base)]
         assert len(servers) == 1 and int(servers[0].name) == fresh.pid()
+        sockets = Path(fresh.postmaster()[4])
+        assert sockets.parent == Path(tempfile.gettempdir()) and sockets.name.startswith("stormbuffer-pg-")
+        assert stat.S_IMODE(sockets.lstat().st_mode) == 0o700 and not (fresh.base / "run").exists()
+    shutil.rmtree(sockets, ignore_errors=True)  # outside the home; empty once the server has stopped
 
 
 def _runs_in(process: Path, base: Path) -> bool:

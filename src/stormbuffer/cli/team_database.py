@@ -40,7 +40,7 @@ def status() -> None:
 def start() -> None:
     from ..engines.postgresql.embedded import Embedded
 
-    with failing("could not start the embedded PostgreSQL"):
+    with failing("sbuf team db start"):
         Embedded.of_user().ensure_running()
     click.echo("The embedded PostgreSQL is running.")
 
@@ -49,7 +49,7 @@ def start() -> None:
 def stop() -> None:
     from ..engines.postgresql.embedded import Embedded
 
-    with failing("could not stop the embedded PostgreSQL"):
+    with failing("sbuf team db stop"):
         stopped = Embedded.of_user().stop()
     click.echo("Stopped the embedded PostgreSQL." if stopped else "The embedded PostgreSQL was not running.")
 

@@ -26,6 +26,7 @@ import hashlib
 import importlib.util
 import os
 import pwd
+import shlex
 import shutil
 import stat
 import subprocess
@@ -33,6 +34,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from ...core.dirs import PlatformDirs, make_private
 from ...core.errors import DatabaseUnavailable
@@ -92,16 +94,17 @@ class Embedded:
 
     @property
     def sockets(self) -> Path:
-        """`run/`, or a private directory in the temporary directory when that path is too long for a socket."""
-        own = self.base / "run"
-        if len(os.fsencode(own / f".s.PGSQL.{_PORT}")) < _SOCKET_LIMIT:
-            return own
-        digest = hashlib.blake2b(os.fsencode(self.base), digest_size=8).hexdigest()
-        return Path(tempfile.gettempdir()) / f"stormbuffer-pg-{os.geteuid()}-{digest}"
+        """`run/`; when that path is too long for a socket, a private directory named for this server in
+        the temporary directory (or in /tmp, when that is too long as well)."""
+        name = f"stormbuffer-pg-{os.geteuid()}-{hashlib.blake2b(os.fsencode(self.base), digest_size=8).hexdigest()}"
+        for directory in (self.base / "run", Path(tempfile.gettempdir()) / name):
+            if len(os.fsencode(directory / f".s.PGSQL.{_PORT}")) < _SOCKET_LIMIT:
+                return directory
+        return Path("/tmp") / name
 
     def url(self, database: str = DATABASE) -> str:
         """The SQLAlchemy URL of `database` over the socket (no password: the socket's directory is the door)."""
-        return f"postgresql+psycopg://{USER}@/{database}?host={self.sockets}&port={_PORT}"
+        return f"postgresql+psycopg://{USER}@/{database}?host={quote(str(self.sockets), safe='/')}&port={_PORT}"
 
     def is_initialized(self) -> bool:
         return (self.data / "PG_VERSION").is_file()
@@ -155,7 +158,7 @@ class Embedded:
                 f"the embedded PostgreSQL's data is of PostgreSQL {version}; this version runs {MAJOR}"
             )
         self._own(self.sockets)
-        options = f'-h "" -k {self.sockets} -p {_PORT}'
+        options = f'-h "" -k {shlex.quote(str(self.sockets))} -p {_PORT}'  # pg_ctl hands it to a shell
         self._run(programs / "pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", str(START_TIMEOUT),
                   "-o", options, "start")  # fmt: skip
         self._create_database()
