@@ -21,6 +21,7 @@ from .context import current, fail
 from .editor import edit_text, review_draft
 from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
+from .team_database import database_line
 from .text import one_line
 
 HUMAN_SOURCE = Source("conversation", "stormbuffer:cli", "human")
@@ -129,8 +130,8 @@ def _draft_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--engine",
     type=click.Choice(["directory", "postgresql"]),
-    help="Where a new store keeps its records: files under records/ (default), or the PostgreSQL "
-    "database in STORMBUFFER_DATABASE_URL.",
+    help="Where a new store keeps its records: files under records/ (default), or PostgreSQL: the "
+    "database in STORMBUFFER_DATABASE_URL, else the embedded server (`sbuf team db`).",
 )
 def init(shared: bool, engine: str | None) -> None:
     cli = current()
@@ -141,6 +142,8 @@ def init(shared: bool, engine: str | None) -> None:
     action = out.success("Initialized" if created else "Already initialized")
     suffix = " (shared)" if shared else ""
     click.echo(f"{action} {cli.view.value} store at {out.path(str(paths.root))}{suffix}")
+    if (line := database_line(paths)) is not None:
+        click.echo(line)
     _prepare_retrieval(paths)
     click.echo(out.field("Embedding model", "ready"))
 

@@ -16,6 +16,7 @@ import click
 
 from ..auth import Role
 from .context import current, fail
+from .team_database import database
 
 if TYPE_CHECKING:
     from ..auth.tokens import TeamToken, TeamTokens
@@ -26,6 +27,9 @@ ROLES = [role.name.lower() for role in Role]
 @click.group("team", help="Manage the team server of the selected store (`sbuf serve --team`).")
 def team() -> None:
     pass
+
+
+team.add_command(database)
 
 
 @team.group("token", help="Create, list and revoke the team tokens of the selected store.")

@@ -33,6 +33,7 @@ from .scopes import GLOBAL, project_scope
 STORE_FORMAT_VERSION = 1
 DIRECTORY, POSTGRESQL = "directory", "postgresql"  # the record engines a store.toml can name
 DATABASE_URL_ENV = "STORMBUFFER_DATABASE_URL"  # the variable `init --engine postgresql` names
+EMBEDDED = "embedded"  # a PostgreSQL store on the user's embedded server: `database = "embedded"`, no URL
 PRIVATE_GITIGNORE = "*\n!.gitignore\n"
 SHARED_GITIGNORE = (
     "# Track only configuration, ignore rules, and canonical Markdown records.\n"
@@ -193,6 +194,13 @@ class StoreConfig:
     database_url_env: str | None = None  # postgresql: the environment variable that holds the URL
 
     @property
+    def database(self) -> str | None:
+        """A PostgreSQL store's database: the variable holding its URL, or EMBEDDED; None for a directory store."""
+        if self.engine != POSTGRESQL:
+            return None
+        return self.database_url_env or EMBEDDED
+
+    @property
     def record_scope(self) -> str:
         return GLOBAL if self.project_id is None else project_scope(self.project_id)
 
@@ -208,12 +216,17 @@ class StoreConfig:
                 f"project_name = {toml_string(self.project_name)}",
             ]
         if self.engine != DIRECTORY:  # a directory store's file stays the reference's
-            url_env = toml_string(self.database_url_env or DATABASE_URL_ENV)
-            lines += [f"engine = {toml_string(self.engine)}", f"database_url_env = {url_env}"]
+            lines.append(f"engine = {toml_string(self.engine)}")
+            if self.database_url_env is None:
+                lines.append(f"database = {toml_string(EMBEDDED)}")
+            else:
+                lines.append(f"database_url_env = {toml_string(self.database_url_env)}")
         return "\n".join(lines) + "\n"
 
 
-_CONFIG_KEYS = ("format_version", "scope", "visibility", "project_id", "project_name", "engine", "database_url_env")
+_CONFIG_KEYS = (
+    "format_version", "scope", "visibility", "project_id", "project_name", "engine", "database_url_env", "database"
+)  # fmt: skip
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
@@ -250,14 +263,19 @@ def parse_config(text: str, expected_scope: str) -> StoreConfig:
 
 
 def _parse_engine(table: dict[str, object]) -> tuple[str, str | None]:
-    """The engine and its URL variable: absent (a directory store), or postgresql naming a variable."""
-    engine, url_env = table.get("engine", DIRECTORY), table.get("database_url_env")
+    """The engine and its URL variable: absent (a directory store), or postgresql naming a variable or
+    `database = "embedded"` (the variable None)."""
+    engine, url_env, database = table.get("engine", DIRECTORY), table.get("database_url_env"), table.get("database")
     if engine == DIRECTORY:
-        if url_env is not None:
-            raise StoreError("store.toml is invalid: database_url_env belongs to a store with engine `postgresql`")
+        if url_env is not None or database is not None:
+            raise StoreError("store.toml is invalid: a database belongs to a store with engine `postgresql`")
         return DIRECTORY, None
     if engine != POSTGRESQL:
         raise StoreError(f"store.toml is invalid: engine must be `{DIRECTORY}` or `{POSTGRESQL}`")
+    if database is not None:
+        if database != EMBEDDED or url_env is not None:
+            raise StoreError(f"store.toml is invalid: database must be `{EMBEDDED}`, without database_url_env")
+        return POSTGRESQL, None
     if not isinstance(url_env, str) or not _ENV_NAME.fullmatch(url_env):
         raise StoreError("store.toml is invalid: database_url_env must name an environment variable (A-Z, 0-9, _)")
     return POSTGRESQL, url_env
@@ -323,7 +341,7 @@ def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | N
         with exclusive_lock(paths.mutation_lock):
             created = False
             if not paths.config_file.exists():
-                chosen, url_env = (POSTGRESQL, DATABASE_URL_ENV) if engine == POSTGRESQL else (DIRECTORY, None)
+                chosen, url_env = (POSTGRESQL, _url_env()) if engine == POSTGRESQL else (DIRECTORY, None)
                 config = StoreConfig("global", "private", engine=chosen, database_url_env=url_env)
                 if paths.kind == "project":
                     name = paths.root.parent.name or "project"
@@ -346,12 +364,17 @@ def initialize_store(paths: StorePaths, *, shared: bool = False, engine: str | N
         raise MutationBusy() from None
 
 
+def _url_env() -> str | None:
+    """A new PostgreSQL store's URL variable: DATABASE_URL_ENV when it is set, else None (the embedded server)."""
+    return DATABASE_URL_ENV if os.environ.get(DATABASE_URL_ENV, "").strip() else None
+
+
 def _prepare_engine(config: StoreConfig) -> None:
     """Ready the database of a PostgreSQL store; a directory store needs nothing."""
-    if config.engine == POSTGRESQL and config.database_url_env is not None:
+    if config.database is not None:
         from ..engines.postgresql import prepare_database
 
-        prepare_database(config.database_url_env)
+        prepare_database(config.database)
 
 
 def tighten(paths: StorePaths) -> None:

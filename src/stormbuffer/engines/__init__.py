@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 def open_record_store(paths: StorePaths, scope: str, lock_wait: float, freshness: StoreFreshness | None) -> RecordStore:
     """The engine the store's `store.toml` names, for a store of record scope `scope`."""
-    from ..core.stores import POSTGRESQL, read_config
+    from ..core.stores import read_config
 
     config = read_config(paths)
-    if config.engine == POSTGRESQL and config.database_url_env is not None:
+    if config.database is not None:
         from .postgresql import PostgreSQLStore
 
-        return PostgreSQLStore(paths, scope, lock_wait, config.database_url_env)
+        return PostgreSQLStore(paths, scope, lock_wait, config.database)
     from .directory import DirectoryStore
 
     return DirectoryStore(paths, scope, lock_wait, freshness)

@@ -89,8 +89,8 @@ def reading(paths: StorePaths) -> AbstractContextManager[Projection]:
 
 
 def database_variable(paths: StorePaths) -> str | None:
-    """The environment variable naming the database of a PostgreSQL store; None for a directory store."""
-    from ..core.stores import POSTGRESQL, read_config
+    """The database of a PostgreSQL store (the environment variable naming it, or `EMBEDDED`); None for a
+    directory store."""
+    from ..core.stores import read_config
 
-    config = read_config(paths) if paths.is_initialized() else None
-    return config.database_url_env if config is not None and config.engine == POSTGRESQL else None
+    return read_config(paths).database if paths.is_initialized() else None

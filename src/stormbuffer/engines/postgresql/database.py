@@ -15,6 +15,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from ...core.errors import DatabaseUnavailable, StoreError
+from ...core.stores import EMBEDDED
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
@@ -31,7 +32,12 @@ SCHEMA_MISSING = "the database has no Stormbuffer tables yet (run `sbuf init --e
 
 
 def database_url(variable: str) -> str:
-    """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it."""
+    """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it (for
+    `EMBEDDED`: the embedded server's, started when it is not running)."""
+    if variable == EMBEDDED:
+        from .embedded import attach
+
+        return attach()
     url = os.environ.get(variable, "").strip()
     if not url:
         raise DatabaseUnavailable(
@@ -73,6 +79,13 @@ def reason(exc: BaseException) -> str:
     return f"the database refused the operation (SQLSTATE {state})"
 
 
+def named(variable: str) -> str:
+    """How messages name the database: by its variable, or as the embedded one."""
+    if variable == EMBEDDED:
+        return "the embedded PostgreSQL database"
+    return f"the PostgreSQL database named by {variable}"
+
+
 @contextmanager
 def talking_to(variable: str) -> Iterator[None]:
     """Turn any database failure inside the block into a sanitized DatabaseUnavailable naming `variable`."""
@@ -81,9 +94,7 @@ def talking_to(variable: str) -> Iterator[None]:
     try:
         yield
     except (SQLAlchemyError, ArgumentError) as exc:
-        raise DatabaseUnavailable(
-            f"the PostgreSQL database named by {variable} cannot be used: {reason(exc)}"
-        ) from None
+        raise DatabaseUnavailable(f"{named(variable)} cannot be used: {reason(exc)}") from None
 
 
 @contextmanager
@@ -108,7 +119,7 @@ def prepare_database(variable: str) -> None:
         available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
         if available is None:
             raise DatabaseUnavailable(
-                f"the PostgreSQL database named by {variable} cannot be used: the server has no pgvector "
+                f"{named(variable)} cannot be used: the server has no pgvector "
                 "extension (install pgvector 0.5 or later)"
             )
         projection_tables(conn, DIMENSION)  # pgvector, the schema and the projection's tables
@@ -118,6 +129,5 @@ def prepare_database(variable: str) -> None:
             conn.execute(settings.insert().values(name="schema_version", value=SCHEMA_VERSION))
         elif found.value != SCHEMA_VERSION:
             raise StoreError(
-                f"the PostgreSQL database named by {variable} holds Stormbuffer schema version {found.value}; "
-                f"this version uses {SCHEMA_VERSION}"
+                f"{named(variable)} holds Stormbuffer schema version {found.value}; this version uses {SCHEMA_VERSION}"
             )
