@@ -5,8 +5,7 @@
 // stop hook (`Stop`, `AfterAgent`) consumes the marker, or without one blocks the stop once with the
 // capture instruction as its reason. Each host adapter only names its prompt event, its candidate
 // tools and how its events identify a turn.
-import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readSync, readdirSync, unlinkSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -79,15 +78,22 @@ export function createCommandHooks({
     return containsSuccess(event.tool_response, match[1]) ? match[1] : null;
   }
 
+  /** The directory of this host's markers. */
+  function markerDirectory({ tmpdir = os.tmpdir() } = {}) {
+    const uid = typeof process.getuid === 'function' ? process.getuid() : 'user';
+    return path.join(tmpdir, `stormbuffer-${host}-${uid}`);
+  }
+
   /** The per-turn marker file, or null without a session and turn id. */
-  function markerPath(event, { tmpdir = os.tmpdir() } = {}) {
+  function markerPath(event, options) {
     if (!isObject(event)) return null;
     const session = event.session_id;
     const turn = turnOf(event);
     if (!isText(session) || !isText(turn)) return null;
-    const uid = typeof process.getuid === 'function' ? process.getuid() : 'user';
+    // Loaded only here: `node:crypto` costs a prompt hook several milliseconds at start.
+    const { createHash } = process.getBuiltinModule('node:crypto');
     const name = createHash('sha256').update(`${session}\0${turn}`).digest('hex');
-    return path.join(tmpdir, `stormbuffer-${host}-${uid}`, `${name}.candidate`);
+    return path.join(markerDirectory(options), `${name}.candidate`);
   }
 
   /** Record that this turn already wrote a candidate. */
@@ -101,6 +107,7 @@ export function createCommandHooks({
 
   /** Remove this turn's marker; whether there was one. */
   function consumeCandidate(event, options) {
+    if (!hasMarkers(markerDirectory(options))) return false;
     const marker = markerPath(event, options);
     if (marker === null) return false;
     try {
@@ -143,19 +150,57 @@ export function createCommandHooks({
     } catch {
       output = {};
     }
-    process.stdout.write(`${JSON.stringify(output)}\n`);
+    writeStdout(`${JSON.stringify(output)}\n`);
   }
 
   return { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main };
 }
 
+/** Whether `directory` holds any marker (no `node:crypto` needed to know there is none). */
+function hasMarkers(directory) {
+  try {
+    return readdirSync(directory).length > 0;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The event on stdin, at most MAX_EVENT_BYTES (null past that). Read synchronously, which spares a
+ * hook process the stream machinery of `process.stdin`; a stdin that would block (non-blocking
+ * descriptors) is read as a stream instead.
+ */
 async function readStdin() {
   const chunks = [];
   let size = 0;
-  for await (const chunk of process.stdin) {
-    size += chunk.length;
-    if (size > MAX_EVENT_BYTES) return null;
-    chunks.push(chunk);
+  try {
+    const chunk = Buffer.alloc(MAX_EVENT_BYTES + 1);
+    for (;;) {
+      const count = readSync(0, chunk, 0, chunk.length, null);
+      if (count === 0) break;
+      size += count;
+      if (size > MAX_EVENT_BYTES) return null;
+      chunks.push(Buffer.from(chunk.subarray(0, count)));
+    }
+  } catch (error) {
+    if (error?.code !== 'EAGAIN') throw error;
+    for await (const chunk of process.stdin) {
+      size += chunk.length;
+      if (size > MAX_EVENT_BYTES) return null;
+      chunks.push(chunk);
+    }
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Write `text` to stdout synchronously (through the stream when stdout would block). */
+function writeStdout(text) {
+  const data = Buffer.from(text, 'utf8');
+  let written = 0;
+  try {
+    while (written < data.length) written += writeSync(1, data, written);
+  } catch (error) {
+    if (error?.code !== 'EAGAIN') throw error;
+    process.stdout.write(data.subarray(written));
+  }
 }

@@ -3,7 +3,6 @@
 // install serves, else by running `sbuf`), how to check and render its answer, and the capture
 // instruction sent once after a turn. Every failure returns null (fail open): a broken or slow
 // store never blocks a prompt.
-import { spawn } from 'node:child_process';
 import { realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 
@@ -117,7 +116,9 @@ export async function retrieveContext(invocation, { timeoutMs = DEFAULT_TIMEOUT_
  * Run an invocation; its stdout when it exits 0, else null. A run past `timeoutMs` or printing
  * more than MAX_OUTPUT_CHARS is killed with its whole process group.
  */
-export function runInvocation(invocation, { timeoutMs = DEFAULT_TIMEOUT_MS, cwd } = {}) {
+export async function runInvocation(invocation, { timeoutMs = DEFAULT_TIMEOUT_MS, cwd } = {}) {
+  // Loaded only here: the daemon answers most prompts, and `node:child_process` costs a hook's start.
+  const { spawn } = await import('node:child_process');
   return new Promise((resolve) => {
     let child;
     let settled = false;
