@@ -24,9 +24,9 @@ PROMPT = "when does the pulsar rollout freeze"
 TIMEOUT_S = 120  # a guard against a hung process, never a speed assertion
 # host -> its prompt hook and the event name it sends
 COMMAND_HOOKS = {
-    "codex": (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs", "UserPromptSubmit"),
-    "claude": (PLUGINS / "claude-plugin-stormbuffer" / "hooks" / "claude.mjs", "UserPromptSubmit"),
-    "gemini": (PLUGINS / "gemini-extension-stormbuffer" / "hooks" / "gemini.mjs", "BeforeAgent"),
+    "codex": (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "codex.cjs", "UserPromptSubmit"),
+    "claude": (PLUGINS / "claude-plugin-stormbuffer" / "hooks" / "claude.cjs", "UserPromptSubmit"),
+    "gemini": (PLUGINS / "gemini-extension-stormbuffer" / "hooks" / "gemini.cjs", "BeforeAgent"),
 }
 # The OpenCode and Pi plugins' own handlers, driven as their hosts call them; each prints the context.
 MODULE_DRIVERS = {

@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { statSync } from 'node:fs';
 
-import { mcpCommand, selectScope } from './lifecycle.mjs';
+import { mcpCommand, selectScope } from './lifecycle.cjs';
 
 function hostDirectory() {
   try {

@@ -10,7 +10,7 @@ import {
   markCandidate,
   markerPath,
   stopHook,
-} from '../hooks/codex.mjs';
+} from '../hooks/codex.cjs';
 import {
   CAPTURE_MARKER,
   MAX_CONTEXT_CHARS,
@@ -22,10 +22,10 @@ import {
   runInvocation,
   selectScope,
   teamServer,
-} from '../hooks/lifecycle.mjs';
+} from '../hooks/lifecycle.cjs';
 import { contextResult, envelope, fakeSbuf, projectTree, runHookProcess, tempDir } from './fixtures.mjs';
 
-const HOOK = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'hooks', 'codex.mjs');
+const HOOK = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'hooks', 'codex.cjs');
 const NO_SCOPE = {};
 
 /** Whether `pid` is alive (an unreaped zombie counts as gone). */

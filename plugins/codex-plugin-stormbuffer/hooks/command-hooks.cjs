@@ -1,3 +1,4 @@
+'use strict';
 // The command-hook protocol that Codex, Claude Code and Gemini CLI share: each hook is a process
 // that reads one JSON event on stdin and prints one JSON line. The prompt hook (`UserPromptSubmit`,
 // Gemini's `BeforeAgent`) recalls into `additionalContext`; a successful Stormbuffer
@@ -5,14 +6,14 @@
 // stop hook (`Stop`, `AfterAgent`) consumes the marker, or without one blocks the stop once with the
 // capture instruction as its reason. Each host adapter only names its prompt event, its candidate
 // tools and how its events identify a turn.
-import { closeSync, mkdirSync, openSync, readSync, readdirSync, unlinkSync, writeSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+const { closeSync, mkdirSync, openSync, readSync, readdirSync, unlinkSync, writeSync } = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 
-import { DEFAULT_TIMEOUT_MS, captureInstruction, recall, selectScope } from './lifecycle.mjs';
+const { DEFAULT_TIMEOUT_MS, captureInstruction, recall, selectScope } = require('./lifecycle.cjs');
 
-export const MAX_EVENT_BYTES = 64 * 1024;
-export const RECALL_TIMEOUT_MS = DEFAULT_TIMEOUT_MS;
+const MAX_EVENT_BYTES = 64 * 1024;
+const RECALL_TIMEOUT_MS = DEFAULT_TIMEOUT_MS;
 
 // Where tool results nest an envelope (`text` for MCP text content blocks, `llmContent` and
 // `returnDisplay` for Gemini CLI's tool results).
@@ -23,7 +24,7 @@ const isObject = (value) => typeof value === 'object' && value !== null && !Arra
 const isText = (value) => typeof value === 'string' && value !== '';
 
 /** The hook event in `raw`: an object, or null (too large, not JSON, not an object). */
-export function parseEvent(raw) {
+function parseEvent(raw) {
   if (typeof raw !== 'string' || Buffer.byteLength(raw) > MAX_EVENT_BYTES) return null;
   try {
     const event = JSON.parse(raw);
@@ -42,7 +43,7 @@ function parsed(text) {
 }
 
 /** Whether `value` holds a successful `operation` envelope anywhere a tool result may put it. */
-export function containsSuccess(value, operation, depth = 0) {
+function containsSuccess(value, operation, depth = 0) {
   if (depth > 8) return false;
   if (Array.isArray(value)) return value.some((item) => containsSuccess(item, operation, depth + 1));
   if (typeof value === 'string') {
@@ -64,7 +65,7 @@ export function containsSuccess(value, operation, depth = 0) {
  * operation); `turnOf(event)` is the turn id (null: none); markers live in
  * `<tmpdir>/stormbuffer-<host>-<uid>/`.
  */
-export function createCommandHooks({
+function createCommandHooks({
   host,
   promptEvent = 'UserPromptSubmit',
   candidateTool,
@@ -91,7 +92,7 @@ export function createCommandHooks({
     const turn = turnOf(event);
     if (!isText(session) || !isText(turn)) return null;
     // Loaded only here: `node:crypto` costs a prompt hook several milliseconds at start.
-    const { createHash } = process.getBuiltinModule('node:crypto');
+    const { createHash } = require('node:crypto');
     const name = createHash('sha256').update(`${session}\0${turn}`).digest('hex');
     return path.join(markerDirectory(options), `${name}.candidate`);
   }
@@ -204,3 +205,11 @@ function writeStdout(text) {
     process.stdout.write(data.subarray(written));
   }
 }
+
+module.exports = {
+  MAX_EVENT_BYTES,
+  RECALL_TIMEOUT_MS,
+  parseEvent,
+  containsSuccess,
+  createCommandHooks,
+};

@@ -1,0 +1,32 @@
+#!/usr/bin/env node
+// Codex hook entry: `node codex.cjs prompt|post-tool|stop` reads one hook event on stdin and
+// prints exactly one JSON line; it always exits 0 and never throws, so a failing store never
+// blocks the host. Codex names the plugin's MCP tools `mcp__stormbuffer__<tool>` and gives every
+// event its turn id. CommonJS, like the modules it loads: a hook is a process per event, and
+// Node.js starts a CommonJS script several milliseconds sooner than an ES module.
+'use strict';
+
+const { MAX_EVENT_BYTES, RECALL_TIMEOUT_MS, containsSuccess, createCommandHooks, parseEvent } = require('./command-hooks.cjs');
+
+const CANDIDATE_TOOL = /^mcp__stormbuffer__memory_(remember|update)$/;
+
+const { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main } =
+  createCommandHooks({ host: 'codex', candidateTool: CANDIDATE_TOOL });
+
+module.exports = {
+  MAX_EVENT_BYTES,
+  RECALL_TIMEOUT_MS,
+  containsSuccess,
+  parseEvent,
+  CANDIDATE_TOOL,
+  candidateWritten,
+  markerPath,
+  markCandidate,
+  consumeCandidate,
+  promptHook,
+  postToolHook,
+  stopHook,
+  main,
+};
+
+if (require.main === module) main(process.argv[2]).then(() => process.exit(0));

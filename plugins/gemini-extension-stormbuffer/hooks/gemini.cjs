@@ -1,0 +1,29 @@
+#!/usr/bin/env node
+// Gemini CLI hook entry: `node gemini.cjs prompt|post-tool|stop` (the `BeforeAgent`, `AfterTool`
+// and `AfterAgent` events) reads one hook event on stdin and prints exactly one JSON line; it
+// always exits 0 and never throws. Gemini CLI names MCP tools `mcp_<server>_<tool>`, and its
+// events carry no turn id: the candidate marker is kept per session, and each new prompt clears it.
+'use strict';
+
+const { createCommandHooks } = require('./command-hooks.cjs');
+
+const CANDIDATE_TOOL = /^mcp_stormbuffer_memory_(remember|update)$/;
+
+const { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main } =
+  createCommandHooks({
+    host: 'gemini', promptEvent: 'BeforeAgent', candidateTool: CANDIDATE_TOOL, turnOf: () => 'session',
+  });
+
+module.exports = {
+  CANDIDATE_TOOL,
+  candidateWritten,
+  markerPath,
+  markCandidate,
+  consumeCandidate,
+  promptHook,
+  postToolHook,
+  stopHook,
+  main,
+};
+
+if (require.main === module) main(process.argv[2]).then(() => process.exit(0));
