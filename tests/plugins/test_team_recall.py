@@ -29,9 +29,11 @@ COMMAND_HOOKS = {
     "gemini": (PLUGINS / "gemini-extension-stormbuffer" / "hooks" / "gemini.cjs", "BeforeAgent"),
 }
 # The OpenCode and Pi plugins' own handlers, driven as their hosts call them; each prints the context.
+OPENCODE = json.dumps(str(PLUGINS / "opencode-plugin-stormbuffer" / "stormbuffer.js"))
+PI = json.dumps(str(PLUGINS / "pi-plugin-stormbuffer" / "src" / "index.js"))
 MODULE_DRIVERS = {
     "opencode": f"""
-const {{ createLifecycle }} = await import({json.dumps(str(PLUGINS / "opencode-plugin-stormbuffer" / "stormbuffer.js"))});
+const {{ createLifecycle }} = await import({OPENCODE});
 const lifecycle = createLifecycle({{ client: {{}}, directory: process.cwd() }});
 await lifecycle.chatMessage({{ sessionID: 's' }}, {{ parts: [{{ type: 'text', text: process.argv[1] }}] }});
 const output = {{ system: [] }};
@@ -41,7 +43,7 @@ await lifecycle.config(settings);
 console.log(JSON.stringify({{ context: output.system.join(''), mcp: settings.mcp.stormbuffer.command }}));
 """,
     "pi": f"""
-const {{ createLifecycle }} = await import({json.dumps(str(PLUGINS / "pi-plugin-stormbuffer" / "src" / "index.js"))});
+const {{ createLifecycle }} = await import({PI});
 const answer = await createLifecycle({{}}).beforeAgentStart({{ prompt: process.argv[1] }}, {{ cwd: process.cwd() }});
 console.log(JSON.stringify({{ context: answer?.message?.content ?? '' }}));
 """,
@@ -87,16 +89,15 @@ def audit(team: Team) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("host", HOSTS)
-def test_the_evidence_comes_from_the_team_server_under_the_tokens_name(
-    team: Team, host: str, tmp_path: Path
-) -> None:
+def test_the_evidence_comes_from_the_team_server_under_the_tokens_name(team: Team, host: str, tmp_path: Path) -> None:
     context, _ = run_host(host, tmp_path, team.server.base_url, team.tokens["plugin-bot"])
     assert context.startswith("The following is untrusted evidence from Stormbuffer memory")
     result = json.loads(context.split("\n\n", 1)[1])
     receipt = result["receipt"]["receipt_id"]
     assert SEEDED in [block["record_id"] for block in result["blocks"]]
     entry = audit(team)[-1]
-    assert (entry["who"], entry["operation"], entry["status"], entry["receipt"]) == ("plugin-bot", "recall", 200, receipt)
+    assert (entry["who"], entry["operation"], entry["status"]) == ("plugin-bot", "recall", 200)
+    assert entry["receipt"] == receipt
     assert SEEDED in entry["records"]  # type: ignore[operator]
 
 

@@ -6,23 +6,8 @@
 // session, and each new prompt clears it.
 'use strict';
 
-const { createCommandHooks } = require('./command-hooks.cjs');
-
-const CANDIDATE_TOOL = /^mcp__(?:plugin_stormbuffer_)?stormbuffer__memory_(remember|update)$/;
-
-const { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main } =
-  createCommandHooks({ host: 'claude', candidateTool: CANDIDATE_TOOL, turnOf: () => 'session' });
-
-module.exports = {
-  CANDIDATE_TOOL,
-  candidateWritten,
-  markerPath,
-  markCandidate,
-  consumeCandidate,
-  promptHook,
-  postToolHook,
-  stopHook,
-  main,
-};
-
-if (require.main === module) main(process.argv[2]).then(() => process.exit(0));
+require('./command-hooks.cjs').hostEntry(module, {
+  host: 'claude',
+  candidateTool: /^mcp__(?:plugin_stormbuffer_)?stormbuffer__memory_(remember|update)$/,
+  turnOf: () => 'session',
+});

@@ -5,7 +5,9 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { fakeSbuf, runHookProcess, tempDir } from '../../codex-plugin-stormbuffer/test/fixtures.mjs';
-import { CANDIDATE_TOOL, candidateWritten, markCandidate, markerPath } from '../hooks/claude.cjs';
+import hooks from '../hooks/claude.cjs';
+
+const { CANDIDATE_TOOL, candidateWritten, markCandidate, markerPath } = hooks;
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const HOOK = path.join(ROOT, 'hooks', 'claude.cjs');

@@ -6,27 +6,7 @@
 // Node.js starts a CommonJS script several milliseconds sooner than an ES module.
 'use strict';
 
-const { MAX_EVENT_BYTES, RECALL_TIMEOUT_MS, containsSuccess, createCommandHooks, parseEvent } = require('./command-hooks.cjs');
-
-const CANDIDATE_TOOL = /^mcp__stormbuffer__memory_(remember|update)$/;
-
-const { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main } =
-  createCommandHooks({ host: 'codex', candidateTool: CANDIDATE_TOOL });
-
-module.exports = {
-  MAX_EVENT_BYTES,
-  RECALL_TIMEOUT_MS,
-  containsSuccess,
-  parseEvent,
-  CANDIDATE_TOOL,
-  candidateWritten,
-  markerPath,
-  markCandidate,
-  consumeCandidate,
-  promptHook,
-  postToolHook,
-  stopHook,
-  main,
-};
-
-if (require.main === module) main(process.argv[2]).then(() => process.exit(0));
+require('./command-hooks.cjs').hostEntry(module, {
+  host: 'codex',
+  candidateTool: /^mcp__stormbuffer__memory_(remember|update)$/,
+});

@@ -157,6 +157,16 @@ function createCommandHooks({
   return { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main };
 }
 
+/**
+ * A host's hook entry module: `entry.exports` get the host's hooks and its CANDIDATE_TOOL, and when
+ * `entry` is the script Node.js runs, it runs hook `argv[2]` on stdin and exits 0.
+ */
+function hostEntry(entry, options) {
+  const hooks = createCommandHooks(options);
+  Object.assign(entry.exports, { CANDIDATE_TOOL: options.candidateTool }, hooks);
+  if (require.main === entry) hooks.main(process.argv[2]).then(() => process.exit(0));
+}
+
 /** Whether `directory` holds any marker (no `node:crypto` needed to know there is none). */
 function hasMarkers(directory) {
   try {
@@ -212,4 +222,5 @@ module.exports = {
   parseEvent,
   containsSuccess,
   createCommandHooks,
+  hostEntry,
 };

@@ -199,4 +199,5 @@ module.exports = {
   findDaemon,
   invokeHello,
   askDaemon,
+  isDirectory,
 };

@@ -4,13 +4,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import {
-  candidateWritten,
-  consumeCandidate,
-  markCandidate,
-  markerPath,
-  stopHook,
-} from '../hooks/codex.cjs';
+import codexHooks from '../hooks/codex.cjs';
 import {
   CAPTURE_MARKER,
   MAX_CONTEXT_CHARS,
@@ -24,6 +18,8 @@ import {
   teamServer,
 } from '../hooks/lifecycle.cjs';
 import { contextResult, envelope, fakeSbuf, projectTree, runHookProcess, tempDir } from './fixtures.mjs';
+
+const { candidateWritten, consumeCandidate, markCandidate, markerPath, stopHook } = codexHooks;
 
 const HOOK = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'hooks', 'codex.cjs');
 const NO_SCOPE = {};

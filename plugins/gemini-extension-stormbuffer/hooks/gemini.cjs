@@ -5,25 +5,9 @@
 // events carry no turn id: the candidate marker is kept per session, and each new prompt clears it.
 'use strict';
 
-const { createCommandHooks } = require('./command-hooks.cjs');
-
-const CANDIDATE_TOOL = /^mcp_stormbuffer_memory_(remember|update)$/;
-
-const { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main } =
-  createCommandHooks({
-    host: 'gemini', promptEvent: 'BeforeAgent', candidateTool: CANDIDATE_TOOL, turnOf: () => 'session',
-  });
-
-module.exports = {
-  CANDIDATE_TOOL,
-  candidateWritten,
-  markerPath,
-  markCandidate,
-  consumeCandidate,
-  promptHook,
-  postToolHook,
-  stopHook,
-  main,
-};
-
-if (require.main === module) main(process.argv[2]).then(() => process.exit(0));
+require('./command-hooks.cjs').hostEntry(module, {
+  host: 'gemini',
+  promptEvent: 'BeforeAgent',
+  candidateTool: /^mcp_stormbuffer_memory_(remember|update)$/,
+  turnOf: () => 'session',
+});

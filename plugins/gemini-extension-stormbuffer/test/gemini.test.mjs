@@ -5,7 +5,9 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { fakeSbuf, runHookProcess, tempDir } from '../../codex-plugin-stormbuffer/test/fixtures.mjs';
-import { CANDIDATE_TOOL, candidateWritten, markerPath } from '../hooks/gemini.cjs';
+import hooks from '../hooks/gemini.cjs';
+
+const { CANDIDATE_TOOL, candidateWritten, markerPath } = hooks;
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const HOOK = path.join(ROOT, 'hooks', 'gemini.cjs');
