@@ -1,7 +1,7 @@
 """Latency of the prompt hook as each host runs it, on a 10,000-record project store.
 
-Each iteration starts the host's hook (`node hooks/codex.mjs prompt` with a `UserPromptSubmit`
-event on stdin, exactly as Codex does; likewise `claude.mjs` for Claude Code and `gemini.mjs`
+Each iteration starts the host's hook (`node hooks/codex.cjs prompt` with a `UserPromptSubmit`
+event on stdin, exactly as Codex does; likewise `claude.cjs` for Claude Code and `gemini.cjs`
 with a `BeforeAgent` event for Gemini CLI); the hook asks the warm daemon over its socket when
 one of its install serves, else runs `sbuf --project invoke context`, and prints the rendered
 context. An iteration counts only if its output holds the receipt (`receipt_id`, the reference's
@@ -53,9 +53,9 @@ from machine import machine  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 # host -> (its prompt hook, the event name it sends)
 HOOKS = {
-    "codex": (ROOT / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs", "UserPromptSubmit"),
-    "claude": (ROOT / "plugins" / "claude-plugin-stormbuffer" / "hooks" / "claude.mjs", "UserPromptSubmit"),
-    "gemini": (ROOT / "plugins" / "gemini-extension-stormbuffer" / "hooks" / "gemini.mjs", "BeforeAgent"),
+    "codex": (ROOT / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.cjs", "UserPromptSubmit"),
+    "claude": (ROOT / "plugins" / "claude-plugin-stormbuffer" / "hooks" / "claude.cjs", "UserPromptSubmit"),
+    "gemini": (ROOT / "plugins" / "gemini-extension-stormbuffer" / "hooks" / "gemini.cjs", "BeforeAgent"),
 }
 RESULTS = Path(__file__).parent / "results" / "plugin_hook.json"
 SBUF = Path(sys.executable).parent / "sbuf"

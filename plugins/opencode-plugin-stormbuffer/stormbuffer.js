@@ -2,8 +2,8 @@
 // turn, and when the session goes idle ask the agent once to review the turn for one candidate.
 // It also registers the Stormbuffer MCP server (with candidate writes) unless the configuration
 // already names one. Every failure leaves the turn as it was (fail open).
-import { containsSuccess } from './command-hooks.mjs';
-import { CAPTURE_MARKER, DEFAULT_TIMEOUT_MS, captureInstruction, recall, retrieveContext, scopeArgs, selectScope } from './lifecycle.mjs';
+import { containsSuccess } from './command-hooks.cjs';
+import { CAPTURE_MARKER, DEFAULT_TIMEOUT_MS, captureInstruction, mcpCommand, recall, retrieveContext, selectScope } from './lifecycle.cjs';
 
 // OpenCode names MCP tools `<server>_<tool>`.
 export const CANDIDATE_TOOL = /^stormbuffer_memory_(remember|update)$/;
@@ -81,7 +81,7 @@ export function createLifecycle({ client, directory }, options = {}) {
     settings.mcp ??= {};
     settings.mcp.stormbuffer ??= {
       type: 'local',
-      command: [env.STORMBUFFER_BIN || 'sbuf', ...scopeArgs(scopeNow()), 'mcp', '--stdio', '--allow-candidate-writes'],
+      command: mcpCommand(scopeNow(), env),
       enabled: true,
     };
   }

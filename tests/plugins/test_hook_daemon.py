@@ -20,7 +20,7 @@ from tests import tools
 from tests.helpers import SBUF, run_sbuf, sbuf_env
 from tests.plugins.conftest import PLUGINS, SEED
 
-HOOK = PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs"
+HOOK = PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "codex.cjs"
 TIMEOUT_S = 120  # a guard against a hung process, never a speed assertion
 
 

@@ -49,8 +49,8 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     ).read_bytes()
     assert (pi / "skills" / "stormbuffer-memory" / "SKILL.md").is_file()
     assert not (pi / "test").exists()
-    lifecycle = (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "lifecycle.mjs").read_bytes()
-    shared = target / "plugins" / "node_modules" / "codex-plugin-stormbuffer" / "hooks" / "lifecycle.mjs"
+    lifecycle = (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "lifecycle.cjs").read_bytes()
+    shared = target / "plugins" / "node_modules" / "codex-plugin-stormbuffer" / "hooks" / "lifecycle.cjs"
     assert shared.read_bytes() == lifecycle
     again = run_sbuf("plugin", "install", "codex", "--directory", str(target), cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
@@ -61,18 +61,18 @@ def test_the_installed_layout(tmp_path: Path) -> None:
     assert claude.returncode == 0, claude.stderr
     package = target / "plugins" / "claude-plugin-stormbuffer"
     # the shared modules arrive as files (a host copies a plugin without what its links point to)
-    assert not (package / "hooks" / "lifecycle.mjs").is_symlink()
-    assert (package / "hooks" / "lifecycle.mjs").read_bytes() == lifecycle
-    client = (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "daemon.mjs").read_bytes()
-    assert not (package / "hooks" / "daemon.mjs").is_symlink()
-    assert (package / "hooks" / "daemon.mjs").read_bytes() == client
+    assert not (package / "hooks" / "lifecycle.cjs").is_symlink()
+    assert (package / "hooks" / "lifecycle.cjs").read_bytes() == lifecycle
+    client = (PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "daemon.cjs").read_bytes()
+    assert not (package / "hooks" / "daemon.cjs").is_symlink()
+    assert (package / "hooks" / "daemon.cjs").read_bytes() == client
     assert [path.name for path in (package / "skills").iterdir()] == ["stormbuffer-memory"]
     assert (target / ".claude-plugin" / "marketplace.json").is_file()
     gemini = run_sbuf("plugin", "install", "gemini", "--directory", str(target), cwd=tmp_path, env=env)
     assert gemini.returncode == 0, gemini.stderr
     extension = target / "plugins" / "gemini-extension-stormbuffer"
-    assert (extension / "hooks" / "command-hooks.mjs").read_bytes() == (
-        PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "command-hooks.mjs"
+    assert (extension / "hooks" / "command-hooks.cjs").read_bytes() == (
+        PLUGINS / "codex-plugin-stormbuffer" / "hooks" / "command-hooks.cjs"
     ).read_bytes()
     assert [path.name for path in (extension / "skills").iterdir()] == ["stormbuffer-global-memory"]
 
@@ -103,23 +103,23 @@ def test_an_installed_wheel_installs_the_plugins(tmp_path: Path) -> None:
         f"{tree}/plugins/codex-plugin-stormbuffer/.codex-plugin/plugin.json",
         f"{tree}/plugins/codex-plugin-stormbuffer/.mcp.json",
         f"{tree}/plugins/codex-plugin-stormbuffer/hooks/hooks.json",
-        f"{tree}/plugins/codex-plugin-stormbuffer/hooks/lifecycle.mjs",
+        f"{tree}/plugins/codex-plugin-stormbuffer/hooks/lifecycle.cjs",
         f"{tree}/plugins/pi-plugin-stormbuffer/src/index.js",
         f"{tree}/.claude-plugin/marketplace.json",
         f"{tree}/plugins/claude-plugin-stormbuffer/.claude-plugin/plugin.json",
-        f"{tree}/plugins/claude-plugin-stormbuffer/hooks/lifecycle.mjs",
-        f"{tree}/plugins/claude-plugin-stormbuffer/hooks/command-hooks.mjs",
+        f"{tree}/plugins/claude-plugin-stormbuffer/hooks/lifecycle.cjs",
+        f"{tree}/plugins/claude-plugin-stormbuffer/hooks/command-hooks.cjs",
         f"{tree}/plugins/gemini-extension-stormbuffer/gemini-extension.json",
-        f"{tree}/plugins/gemini-extension-stormbuffer/hooks/lifecycle.mjs",
+        f"{tree}/plugins/gemini-extension-stormbuffer/hooks/lifecycle.cjs",
         f"{tree}/plugins/opencode-plugin-stormbuffer/stormbuffer.js",
-        f"{tree}/plugins/opencode-plugin-stormbuffer/lifecycle.mjs",
+        f"{tree}/plugins/opencode-plugin-stormbuffer/lifecycle.cjs",
     ):
         assert name in names
     # an installed wheel (shadowing the source tree) installs its own copy
     site = tmp_path / "site"
     install = [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)]
     subprocess.run(install, check=True, timeout=300)
-    shipped = site / tree / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs"
+    shipped = site / tree / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.cjs"
     shipped.write_text(shipped.read_text() + "// the wheel's copy\n")
     target = tmp_path / "installed"
     hosts = tmp_path / "hosts"
@@ -129,8 +129,8 @@ def test_an_installed_wheel_installs_the_plugins(tmp_path: Path) -> None:
     cli = [sys.executable, "-c", "from stormbuffer.cli import main; main()", "plugin", "install", "codex"]
     done = subprocess.run([*cli, "--directory", str(target)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    copied = target / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs"
+    copied = target / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.cjs"
     assert (
         copied.read_bytes()
-        == (site / tree / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.mjs").read_bytes()
+        == (site / tree / "plugins" / "codex-plugin-stormbuffer" / "hooks" / "codex.cjs").read_bytes()
     )

@@ -5,10 +5,12 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { fakeSbuf, runHookProcess, tempDir } from '../../codex-plugin-stormbuffer/test/fixtures.mjs';
-import { CANDIDATE_TOOL, candidateWritten, markCandidate, markerPath } from '../hooks/claude.mjs';
+import hooks from '../hooks/claude.cjs';
+
+const { CANDIDATE_TOOL, candidateWritten, markCandidate, markerPath } = hooks;
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
-const HOOK = path.join(ROOT, 'hooks', 'claude.mjs');
+const HOOK = path.join(ROOT, 'hooks', 'claude.cjs');
 const written = JSON.stringify({ ok: true, operation: 'remember', version: 1, result: { record_id: 'r-1' } });
 
 const runHook = (name, event, env) => runHookProcess(HOOK, name, event, env);
@@ -23,12 +25,12 @@ test('the plugin MCP tools and a hand-registered server are recognized; other to
   assert.equal(candidateWritten({ tool_name: 'Bash', tool_response: { stdout: written } }), null);
 });
 
-test('hooks.json runs claude.mjs for the prompt, the candidate tools and the stop, within 10 s', () => {
+test('hooks.json runs claude.cjs for the prompt, the candidate tools and the stop, within 10 s', () => {
   const { hooks } = JSON.parse(readFileSync(path.join(ROOT, 'hooks', 'hooks.json'), 'utf8'));
   assert.deepEqual(Object.keys(hooks).sort(), ['PostToolUse', 'Stop', 'UserPromptSubmit']);
   const commands = Object.values(hooks).flatMap((groups) => groups.flatMap((group) => group.hooks));
   for (const hook of commands) {
-    assert.match(hook.command, /^node "\$\{CLAUDE_PLUGIN_ROOT\}\/hooks\/claude\.mjs" (prompt|post-tool|stop)$/);
+    assert.match(hook.command, /^node "\$\{CLAUDE_PLUGIN_ROOT\}\/hooks\/claude\.cjs" (prompt|post-tool|stop)$/);
     assert.equal(hook.timeout, 10);
   }
   const matcher = new RegExp(hooks.PostToolUse[0].matcher);

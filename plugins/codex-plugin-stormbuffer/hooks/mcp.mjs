@@ -1,12 +1,13 @@
 #!/usr/bin/env node
 // The plugin's MCP server: `sbuf [scope flag] mcp --stdio --allow-candidate-writes` on inherited
-// stdio, with the scope from the environment or the host's working directory. Codex starts
-// plugin servers inside the plugin directory, so the host's directory is `$PWD` (which Codex
-// forwards) when that is a directory, else the process's own.
+// stdio, with the scope from the environment or the host's working directory (for a team server,
+// `stormbuffer-mcp --remote <URL>/mcp`). Codex starts plugin servers inside the plugin directory,
+// so the host's directory is `$PWD` (which Codex forwards) when that is a directory, else the
+// process's own.
 import { spawn } from 'node:child_process';
 import { statSync } from 'node:fs';
 
-import { scopeArgs, selectScope } from './lifecycle.mjs';
+import { mcpCommand, selectScope } from './lifecycle.cjs';
 
 function hostDirectory() {
   try {
@@ -18,12 +19,8 @@ function hostDirectory() {
 }
 
 const cwd = hostDirectory();
-const scope = selectScope({ env: process.env, cwd });
-const child = spawn(
-  process.env.STORMBUFFER_BIN || 'sbuf',
-  [...scopeArgs(scope), 'mcp', '--stdio', '--allow-candidate-writes'],
-  { cwd, stdio: 'inherit' },
-);
+const [command, ...args] = mcpCommand(selectScope({ env: process.env, cwd }), process.env);
+const child = spawn(command, args, { cwd, stdio: 'inherit' });
 for (const signal of ['SIGINT', 'SIGTERM']) {
   process.on(signal, () => child.kill(signal));
 }

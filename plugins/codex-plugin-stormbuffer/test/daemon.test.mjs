@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import test from 'node:test';
 
-import { askDaemon, findDaemon, invokeHello, runtimeDirectory } from '../hooks/daemon.mjs';
+import { askDaemon, findDaemon, invokeHello, runtimeDirectory } from '../hooks/daemon.cjs';
 import { tempDir } from './fixtures.mjs';
 
 /** A runtime directory with a listening socket, an identity file and an `sbuf` of that install. */

@@ -4,26 +4,24 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import {
-  candidateWritten,
-  consumeCandidate,
-  markCandidate,
-  markerPath,
-  stopHook,
-} from '../hooks/codex.mjs';
+import codexHooks from '../hooks/codex.cjs';
 import {
   CAPTURE_MARKER,
   MAX_CONTEXT_CHARS,
   contextInvocation,
+  mcpCommand,
   parseContextEnvelope,
   recall,
   renderContext,
   runInvocation,
   selectScope,
-} from '../hooks/lifecycle.mjs';
+  teamServer,
+} from '../hooks/lifecycle.cjs';
 import { contextResult, envelope, fakeSbuf, projectTree, runHookProcess, tempDir } from './fixtures.mjs';
 
-const HOOK = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'hooks', 'codex.mjs');
+const { candidateWritten, consumeCandidate, markCandidate, markerPath, stopHook } = codexHooks;
+
+const HOOK = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'hooks', 'codex.cjs');
 const NO_SCOPE = {};
 
 /** Whether `pid` is alive (an unreaped zombie counts as gone). */
@@ -204,4 +202,25 @@ test('recall renders a successful answer and fails open on a failing sbuf', asyn
   assert.ok(rendered.includes('receipt-1'));
   const failing = fakeSbuf({ exitCode: 1 });
   assert.equal(await recall('current prompt', { command: failing.bin, env: NO_SCOPE }), null);
+});
+
+test('a team server is used only over https, or plain http to loopback, and only with a token', () => {
+  const token = { STORMBUFFER_TOKEN: 'sbt_x' };
+  assert.equal(teamServer({}), null);
+  assert.equal(teamServer({ STORMBUFFER_URL: '  ', ...token }), null);
+  assert.deepEqual(teamServer({ STORMBUFFER_URL: 'https://team.example:7342/', ...token }),
+    { usable: true, base: 'https://team.example:7342', token: 'sbt_x' });
+  for (const url of ['http://127.0.0.1:7342', 'http://localhost:7342', 'http://[::1]:7342']) {
+    assert.equal(teamServer({ STORMBUFFER_URL: url, ...token }).usable, true, url);
+  }
+  for (const url of ['http://team.example:7342', 'ftp://127.0.0.1', 'not an address']) {
+    assert.equal(teamServer({ STORMBUFFER_URL: url, ...token }).usable, false, url);
+  }
+  assert.equal(teamServer({ STORMBUFFER_URL: 'https://team.example' }).usable, false);
+  assert.equal(teamServer({ STORMBUFFER_URL: 'https://team.example', STORMBUFFER_TOKEN: 'a\nb' }).usable, false);
+  const env = { STORMBUFFER_URL: 'https://team.example', ...token, STORMBUFFER_SCOPE: 'project' };
+  assert.equal(selectScope({ env, cwd: projectTree().nested }), 'team');
+  assert.deepEqual(mcpCommand('team', env), ['stormbuffer-mcp', '--remote', 'https://team.example/mcp']);
+  assert.deepEqual(mcpCommand('project', { STORMBUFFER_BIN: '/x/sbuf' }),
+    ['/x/sbuf', '--project', 'mcp', '--stdio', '--allow-candidate-writes']);
 });

@@ -5,10 +5,12 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { fakeSbuf, runHookProcess, tempDir } from '../../codex-plugin-stormbuffer/test/fixtures.mjs';
-import { CANDIDATE_TOOL, candidateWritten, markerPath } from '../hooks/gemini.mjs';
+import hooks from '../hooks/gemini.cjs';
+
+const { CANDIDATE_TOOL, candidateWritten, markerPath } = hooks;
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
-const HOOK = path.join(ROOT, 'hooks', 'gemini.mjs');
+const HOOK = path.join(ROOT, 'hooks', 'gemini.cjs');
 const written = JSON.stringify({ ok: true, operation: 'update', version: 1, result: { record_id: 'r-1' } });
 
 const runHook = (name, event, env) => runHookProcess(HOOK, name, event, env);
@@ -21,7 +23,7 @@ test("Gemini CLI's tool result (llmContent parts) from the stormbuffer server is
   assert.equal(candidateWritten({ tool_name: 'run_shell_command', tool_response: { llmContent: written } }), null);
 });
 
-test('the manifest registers the MCP server and the context file; hooks.json runs gemini.mjs within 10 s', () => {
+test('the manifest registers the MCP server and the context file; hooks.json runs gemini.cjs within 10 s', () => {
   const manifest = JSON.parse(readFileSync(path.join(ROOT, 'gemini-extension.json'), 'utf8'));
   assert.equal(manifest.name, 'stormbuffer');
   assert.deepEqual(manifest.mcpServers.stormbuffer, { command: 'node', args: ['${extensionPath}/hooks/mcp.mjs'] });
@@ -30,7 +32,7 @@ test('the manifest registers the MCP server and the context file; hooks.json run
   const { hooks } = JSON.parse(readFileSync(path.join(ROOT, 'hooks', 'hooks.json'), 'utf8'));
   assert.deepEqual(Object.keys(hooks).sort(), ['AfterAgent', 'AfterTool', 'BeforeAgent']);
   for (const hook of Object.values(hooks).flatMap((groups) => groups.flatMap((group) => group.hooks))) {
-    assert.match(hook.command, /^node "\$\{extensionPath\}\/hooks\/gemini\.mjs" (prompt|post-tool|stop)$/);
+    assert.match(hook.command, /^node "\$\{extensionPath\}\/hooks\/gemini\.cjs" (prompt|post-tool|stop)$/);
     assert.equal(hook.timeout, 10000);
   }
   const matcher = new RegExp(hooks.AfterTool[0].matcher);

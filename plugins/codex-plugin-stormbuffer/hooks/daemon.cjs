@@ -1,3 +1,4 @@
+'use strict';
 // The warm Stormbuffer daemon, asked straight from Node.js: one `sbuf invoke context` request over
 // the daemon's Unix socket (its hello + invoke protocol), without starting a Python process. It
 // answers only when every check holds; null otherwise, and the caller then runs `sbuf` itself.
@@ -8,12 +9,12 @@
 // the `sbuf` command's interpreter lives where the daemon's does, the package file the daemon
 // stamped at its start is unchanged (an upgrade rewrites it) and the idle time matches. Node.js
 // cannot read the peer's credentials (SO_PEERCRED); the ownership of the directory stands for it.
-import { closeSync, lstatSync, openSync, readFileSync, readSync, realpathSync, statSync } from 'node:fs';
-import { connect } from 'node:net';
-import path from 'node:path';
+const { closeSync, lstatSync, openSync, readFileSync, readSync, realpathSync, statSync } = require('node:fs');
+const { connect } = require('node:net');
+const path = require('node:path');
 
-export const PROTOCOL = 'stormbuffer-daemon/1';
-export const MAX_SOCKET_PATH = 100;
+const PROTOCOL = 'stormbuffer-daemon/1';
+const MAX_SOCKET_PATH = 100;
 const MAX_IDENTITY_BYTES = 65536;
 const MAX_REPLY_BYTES = 1 << 20;
 const DEFAULT_IDLE_S = 900;
@@ -42,7 +43,7 @@ function isDirectory(file) {
 }
 
 /** Where the daemon's runtime directory is for `env` (runtime.runtime_directory), or null. */
-export function runtimeDirectory(env) {
+function runtimeDirectory(env) {
   const base = env.XDG_RUNTIME_DIR;
   if (base && path.isAbsolute(base) && isDirectory(base)) return path.join(base, 'stormbuffer');
   const home = env.HOME || env.USERPROFILE;
@@ -108,7 +109,7 @@ function stampOf(file) {
  * The daemon to ask for `command` in `env`: {socket, install}, or null when there is none to use
  * (disabled, no private runtime directory, no socket, or a daemon of another install).
  */
-export function findDaemon(command, env) {
+function findDaemon(command, env) {
   if (disabled(env) || env.PYTHONPATH) return null;
   const directory = runtimeDirectory(env);
   if (directory === null || !ownPrivate(directory, 'isDirectory')) return null;
@@ -132,7 +133,7 @@ export function findDaemon(command, env) {
 }
 
 /** The hello of one `invoke` request (relay.hello): the door, the install, cwd and the selecting env. */
-export function invokeHello({ install, operation, view, cwd, env, length }) {
+function invokeHello({ install, operation, view, cwd, env, length }) {
   const selected = {};
   for (const name of SESSION_ENV) if (env[name] !== undefined) selected[name] = env[name];
   return { protocol: PROTOCOL, install, door: 'invoke', cwd, env: selected, operation, view, length };
@@ -144,7 +145,7 @@ export function invokeHello({ install, operation, view, cwd, env, length }) {
  * unexpected hello, the deadline). The payload follows the hello at once, saving a round trip: the
  * daemon reads it only after accepting the hello. A reply past MAX_REPLY_BYTES ends the connection.
  */
-export function askDaemon(daemon, hello, payload, { timeoutMs }) {
+function askDaemon(daemon, hello, payload, { timeoutMs }) {
   return new Promise((resolve) => {
     let settled = false;
     let sent = false;
@@ -190,3 +191,13 @@ export function askDaemon(daemon, hello, payload, { timeoutMs }) {
     });
   });
 }
+
+module.exports = {
+  PROTOCOL,
+  MAX_SOCKET_PATH,
+  runtimeDirectory,
+  findDaemon,
+  invokeHello,
+  askDaemon,
+  isDirectory,
+};

@@ -1,3 +1,4 @@
+'use strict';
 // The command-hook protocol that Codex, Claude Code and Gemini CLI share: each hook is a process
 // that reads one JSON event on stdin and prints one JSON line. The prompt hook (`UserPromptSubmit`,
 // Gemini's `BeforeAgent`) recalls into `additionalContext`; a successful Stormbuffer
@@ -5,15 +6,14 @@
 // stop hook (`Stop`, `AfterAgent`) consumes the marker, or without one blocks the stop once with the
 // capture instruction as its reason. Each host adapter only names its prompt event, its candidate
 // tools and how its events identify a turn.
-import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+const { closeSync, mkdirSync, openSync, readSync, readdirSync, unlinkSync, writeSync } = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 
-import { DEFAULT_TIMEOUT_MS, captureInstruction, recall, selectScope } from './lifecycle.mjs';
+const { DEFAULT_TIMEOUT_MS, captureInstruction, recall, selectScope } = require('./lifecycle.cjs');
 
-export const MAX_EVENT_BYTES = 64 * 1024;
-export const RECALL_TIMEOUT_MS = DEFAULT_TIMEOUT_MS;
+const MAX_EVENT_BYTES = 64 * 1024;
+const RECALL_TIMEOUT_MS = DEFAULT_TIMEOUT_MS;
 
 // Where tool results nest an envelope (`text` for MCP text content blocks, `llmContent` and
 // `returnDisplay` for Gemini CLI's tool results).
@@ -24,7 +24,7 @@ const isObject = (value) => typeof value === 'object' && value !== null && !Arra
 const isText = (value) => typeof value === 'string' && value !== '';
 
 /** The hook event in `raw`: an object, or null (too large, not JSON, not an object). */
-export function parseEvent(raw) {
+function parseEvent(raw) {
   if (typeof raw !== 'string' || Buffer.byteLength(raw) > MAX_EVENT_BYTES) return null;
   try {
     const event = JSON.parse(raw);
@@ -43,7 +43,7 @@ function parsed(text) {
 }
 
 /** Whether `value` holds a successful `operation` envelope anywhere a tool result may put it. */
-export function containsSuccess(value, operation, depth = 0) {
+function containsSuccess(value, operation, depth = 0) {
   if (depth > 8) return false;
   if (Array.isArray(value)) return value.some((item) => containsSuccess(item, operation, depth + 1));
   if (typeof value === 'string') {
@@ -65,7 +65,7 @@ export function containsSuccess(value, operation, depth = 0) {
  * operation); `turnOf(event)` is the turn id (null: none); markers live in
  * `<tmpdir>/stormbuffer-<host>-<uid>/`.
  */
-export function createCommandHooks({
+function createCommandHooks({
   host,
   promptEvent = 'UserPromptSubmit',
   candidateTool,
@@ -79,15 +79,22 @@ export function createCommandHooks({
     return containsSuccess(event.tool_response, match[1]) ? match[1] : null;
   }
 
+  /** The directory of this host's markers. */
+  function markerDirectory({ tmpdir = os.tmpdir() } = {}) {
+    const uid = typeof process.getuid === 'function' ? process.getuid() : 'user';
+    return path.join(tmpdir, `stormbuffer-${host}-${uid}`);
+  }
+
   /** The per-turn marker file, or null without a session and turn id. */
-  function markerPath(event, { tmpdir = os.tmpdir() } = {}) {
+  function markerPath(event, options) {
     if (!isObject(event)) return null;
     const session = event.session_id;
     const turn = turnOf(event);
     if (!isText(session) || !isText(turn)) return null;
-    const uid = typeof process.getuid === 'function' ? process.getuid() : 'user';
+    // Loaded only here: `node:crypto` costs a prompt hook several milliseconds at start.
+    const { createHash } = require('node:crypto');
     const name = createHash('sha256').update(`${session}\0${turn}`).digest('hex');
-    return path.join(tmpdir, `stormbuffer-${host}-${uid}`, `${name}.candidate`);
+    return path.join(markerDirectory(options), `${name}.candidate`);
   }
 
   /** Record that this turn already wrote a candidate. */
@@ -101,6 +108,7 @@ export function createCommandHooks({
 
   /** Remove this turn's marker; whether there was one. */
   function consumeCandidate(event, options) {
+    if (!hasMarkers(markerDirectory(options))) return false;
     const marker = markerPath(event, options);
     if (marker === null) return false;
     try {
@@ -143,19 +151,76 @@ export function createCommandHooks({
     } catch {
       output = {};
     }
-    process.stdout.write(`${JSON.stringify(output)}\n`);
+    writeStdout(`${JSON.stringify(output)}\n`);
   }
 
   return { candidateWritten, markerPath, markCandidate, consumeCandidate, promptHook, postToolHook, stopHook, main };
 }
 
+/**
+ * A host's hook entry module: `entry.exports` get the host's hooks and its CANDIDATE_TOOL, and when
+ * `entry` is the script Node.js runs, it runs hook `argv[2]` on stdin and exits 0.
+ */
+function hostEntry(entry, options) {
+  const hooks = createCommandHooks(options);
+  Object.assign(entry.exports, { CANDIDATE_TOOL: options.candidateTool }, hooks);
+  if (require.main === entry) hooks.main(process.argv[2]).then(() => process.exit(0));
+}
+
+/** Whether `directory` holds any marker (no `node:crypto` needed to know there is none). */
+function hasMarkers(directory) {
+  try {
+    return readdirSync(directory).length > 0;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The event on stdin, at most MAX_EVENT_BYTES (null past that). Read synchronously, which spares a
+ * hook process the stream machinery of `process.stdin`; a stdin that would block (non-blocking
+ * descriptors) is read as a stream instead.
+ */
 async function readStdin() {
   const chunks = [];
   let size = 0;
-  for await (const chunk of process.stdin) {
-    size += chunk.length;
-    if (size > MAX_EVENT_BYTES) return null;
-    chunks.push(chunk);
+  try {
+    const chunk = Buffer.alloc(MAX_EVENT_BYTES + 1);
+    for (;;) {
+      const count = readSync(0, chunk, 0, chunk.length, null);
+      if (count === 0) break;
+      size += count;
+      if (size > MAX_EVENT_BYTES) return null;
+      chunks.push(Buffer.from(chunk.subarray(0, count)));
+    }
+  } catch (error) {
+    if (error?.code !== 'EAGAIN') throw error;
+    for await (const chunk of process.stdin) {
+      size += chunk.length;
+      if (size > MAX_EVENT_BYTES) return null;
+      chunks.push(chunk);
+    }
   }
   return Buffer.concat(chunks).toString('utf8');
 }
+
+/** Write `text` to stdout synchronously (through the stream when stdout would block). */
+function writeStdout(text) {
+  const data = Buffer.from(text, 'utf8');
+  let written = 0;
+  try {
+    while (written < data.length) written += writeSync(1, data, written);
+  } catch (error) {
+    if (error?.code !== 'EAGAIN') throw error;
+    process.stdout.write(data.subarray(written));
+  }
+}
+
+module.exports = {
+  MAX_EVENT_BYTES,
+  RECALL_TIMEOUT_MS,
+  parseEvent,
+  containsSuccess,
+  createCommandHooks,
+  hostEntry,
+};

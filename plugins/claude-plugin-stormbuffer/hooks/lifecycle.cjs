@@ -1,0 +1,1 @@
+../../codex-plugin-stormbuffer/hooks/lifecycle.cjs

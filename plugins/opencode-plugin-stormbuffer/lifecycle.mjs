@@ -1,1 +1,0 @@
-../codex-plugin-stormbuffer/hooks/lifecycle.mjs
