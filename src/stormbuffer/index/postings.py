@@ -33,7 +33,7 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
