@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stormbuffer.core import atomic, repository, review
+from stormbuffer.core import atomic, review
 from stormbuffer.core.codec import parse_markdown, render_markdown
 from stormbuffer.core.errors import Conflict, StoreIntegrityError
 from stormbuffer.core.ids import new_record_id
@@ -25,6 +25,8 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, initialize_store, resolve_store
 from stormbuffer.core.timestamps import Timestamp
+from stormbuffer.engines.directory import store as directory_store
+from stormbuffer.engines.directory import transaction as directory_transaction
 from stormbuffer.index.sync import sync_store
 from tests.helpers import SBUF, Sandbox, invoke, lock_held_elsewhere
 from tests.stores import make_store, write_many
@@ -61,7 +63,8 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         seen.append(name)
         return parse_markdown(data, name)
 
-    monkeypatch.setattr(repository, "parse_markdown", counting)
+    monkeypatch.setattr(directory_store, "parse_markdown", counting)  # where the directory engine reads a file
+    monkeypatch.setattr(directory_transaction, "parse_markdown", counting)
     yield seen
 
 
