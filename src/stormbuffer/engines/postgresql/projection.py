@@ -53,30 +53,34 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
             exact: bool = False) -> Iterator[PostgresProjection]:  # fmt: skip
     """A read snapshot of the projection of `store` (its record scope) in `engine`'s database; `exact`
     searches vectors exactly even where an HNSW index exists."""
-    from sqlalchemy import func, select, text
-
     found = tables(dimension)
     with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
         with conn.begin():
-            conn.execute(text("SET TRANSACTION READ ONLY"))
-            kept = conn.execute(select(found.settings.c.key, found.settings.c.value)
-                                .where(found.settings.c.store == store))  # fmt: skip
-            settings = {key: value for key, value in kept}
-            counted = conn.execute(select(found.stats.c.chunks, found.stats.c.terms)
-                                   .where(found.stats.c.store == store)).one_or_none()  # fmt: skip
-            chunks, terms = counted or (0, 0)
-            settings[postings.STATS] = json.dumps({"chunks": int(chunks), "terms": int(terms)})
+            kept, chunks, terms, pending, indexed = conn.execute(_opening(found, store, exact)).one()
+            settings = dict(kept or {})
+            settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
             if VECTOR_MODEL in settings:
-                from ...index.chunking import VECTOR_CHUNKS
-
-                c = found.chunks.c
-                pending = conn.execute(select(func.count()).where(c.store == store, c.embedding.is_(None),
-                                                                  c.ordinal < VECTOR_CHUNKS))  # fmt: skip
-                settings[pj.VECTOR_PENDING] = str(pending.scalar() or 0)
-            index = f"{SCHEMA}.{HNSW_INDEX}"
-            indexed = not exact and conn.execute(text("SELECT to_regclass(:name)"), {"name": index}).scalar()
+                settings[pj.VECTOR_PENDING] = str(pending or 0)
             yield PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
+
+
+def _opening(found: Tables, store: str, exact: bool) -> Any:
+    """What a reader needs first, in one statement: the store's settings (a JSON object), its BM25
+    statistics, how many chunks wait for a vector, and whether the HNSW index answers."""
+    from sqlalchemy import func, literal, null, select
+
+    from ...index.chunking import VECTOR_CHUNKS
+
+    c, kept, counted = found.chunks.c, found.settings.c, found.stats.c
+    return select(
+        select(func.json_object_agg(kept.key, kept.value)).where(kept.store == store).scalar_subquery(),
+        select(counted.chunks).where(counted.store == store).scalar_subquery(),
+        select(counted.terms).where(counted.store == store).scalar_subquery(),
+        select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
+        .scalar_subquery(),
+        null() if exact else func.to_regclass(literal(f"{SCHEMA}.{HNSW_INDEX}")),
+    )  # fmt: skip
 
 
 @dataclass
