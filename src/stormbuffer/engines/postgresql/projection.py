@@ -147,19 +147,20 @@ class PostgresProjection:
 
 @dataclass(frozen=True)
 class PostgresTerms:
-    """The postings rows of one term, packed as `index.postings` ranks them."""
+    """The postings rows of terms, packed as `index.postings` ranks them."""
 
     projection: PostgresProjection
 
-    def own(self, term: str) -> bytes | None:
-        from sqlalchemy import and_
+    def own(self, terms: Sequence[str]) -> list[bytes | None]:
+        from sqlalchemy import Text, and_, any_, literal
+        from sqlalchemy.dialects.postgresql import ARRAY
 
         table = self.projection.found.postings
         p = table.c
-        ((packed,),) = self.projection.rows(
-            _packed_entries(table, and_(p.store == self.projection.store, p.term == term))
-        )
-        return None if packed is None else _little_endian(packed)
+        wanted = any_(literal(list(terms), ARRAY(Text(collation="C"))))
+        found = dict(self.projection.rows(_packed_entries(table, and_(p.store == self.projection.store,
+                                                                      p.term == wanted))))  # fmt: skip
+        return [None if (packed := found.get(term)) is None else _little_endian(packed) for term in terms]
 
     def prefixed(self, term: str) -> list[bytes]:
         from sqlalchemy import and_, func
@@ -171,8 +172,8 @@ class PostgresTerms:
             where = and_(p.store == self.projection.store, p.term > term, p.term < after)
         else:
             where = and_(p.store == self.projection.store, p.term > term, func.left(p.term, len(term)) == term)
-        found = self.projection.rows(_packed_entries(table, where, by_term=True))
-        return [_little_endian(packed) for (packed,) in found]
+        found = self.projection.rows(_packed_entries(table, where))
+        return [_little_endian(packed) for _term, packed in found]
 
 
 @dataclass(frozen=True)
@@ -243,16 +244,15 @@ def _any(values: Iterable[int]) -> Any:
 _BIG_ENDIAN = [("chunk", ">i4"), ("count", ">u2"), ("length", ">u2")]
 
 
-def _packed_entries(table: Any, where: Any, *, by_term: bool = False) -> Any:
-    """The postings rows matching `where` packed by the server, one bytea (per term with `by_term`) of
+def _packed_entries(table: Any, where: Any) -> Any:
+    """The postings rows matching `where` packed by the server: per term, the term and one bytea of
     big-endian (chunk int32, count uint16, length uint16) in chunk order: one value to read, not a row each."""
     from sqlalchemy import literal_column, select
 
     low16 = "substring(int4send({}) from 3 for 2)"  # the low two bytes of a (non-negative) int4
     aggregate: Any = literal_column(f"string_agg(int4send(chunk::int4) || {low16.format('count')} || "
                                f"{low16.format('length')}, ''::bytea ORDER BY chunk)")  # fmt: skip
-    statement = select(aggregate).select_from(table).where(where)
-    return statement.group_by(table.c.term).order_by(table.c.term) if by_term else statement
+    return select(table.c.term, aggregate).where(where).group_by(table.c.term).order_by(table.c.term)
 
 
 def _little_endian(packed: bytes) -> bytes:
