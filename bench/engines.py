@@ -73,7 +73,7 @@ def main() -> None:
     from stormbuffer.engines import projection as engine_projection
     from stormbuffer.engines.postgresql import projection as pg
     from stormbuffer.engines.postgresql import tables
-    from stormbuffer.engines.postgresql.projecting import project
+    from stormbuffer.engines.postgresql.projecting import project, refresh_statistics
     from stormbuffer.index import projection as pj
     from stormbuffer.index.sync import sync_store
     from stormbuffer.retrieval.hits import SearchOptions
@@ -113,6 +113,8 @@ def main() -> None:
                 project(conn, scope, items, dimension=embedder.dimension, count_tokens=embedder.token_count,
                         embedder=embedder)  # fmt: skip
             print(f"projected {first + len(items)} of {len(order)} records into PostgreSQL", file=sys.stderr)
+        with engine.begin() as conn:
+            refresh_statistics(conn, embedder.dimension)  # as a bulk import does
         postgres_build = time.perf_counter() - started
         queries = query_texts(args.queries)
         options = effective_options([paths], SearchOptions(limit=10, mode="hybrid"))

@@ -76,10 +76,11 @@ def capture(args: argparse.Namespace) -> None:
 
 def scored_terms(conn: Any, terms: list[str], stats: postings.Stats) -> dict[str, tuple[float, bool]]:
     """Each query term `postings.rank` scores → (its idf, whether it matches only as a prefix)."""
+    lookup, distinct = postings.SqliteTerms(conn), list(dict.fromkeys(terms))
     matched = {
         term: found
-        for term in dict.fromkeys(terms)
-        if (found := postings._matches(postings.SqliteTerms(conn), term)).size
+        for term, own in zip(distinct, lookup.own(distinct), strict=True)
+        if (found := postings._matches(lookup, term, own)).size
     }
     chosen = {term: found for term, found in matched.items() if 2 * found.size < stats.chunks} or matched
     return {term: (max(postings.IDF_FLOOR, math.log((stats.chunks - found.size + 0.5) / (found.size + 0.5))),

@@ -20,7 +20,7 @@ from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine_projection
 from stormbuffer.engines.postgresql import projection as pg
 from stormbuffer.engines.postgresql import tables
-from stormbuffer.engines.postgresql.projecting import ensure_vector_index, project, unproject
+from stormbuffer.engines.postgresql.projecting import ensure_vector_index, project, refresh_statistics, unproject
 from stormbuffer.index import projection as pj
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval.hits import SearchOptions
@@ -117,6 +117,22 @@ def assert_same(sqlite: Ranking, postgres: Ranking) -> None:
         assert ours.score == pytest.approx(theirs.score, abs=1e-5)  # float32 products in NumPy, doubles in pgvector
         assert (ours.title, ours.path, ours.match_reasons[0].split("=")[0]) == (
             theirs.title, theirs.path, theirs.match_reasons[0].split("=")[0])  # fmt: skip
+
+
+def test_vectors_are_kept_inline_and_a_bulk_load_refreshes_the_planner_statistics(loaded: Loaded) -> None:
+    chunks = "stormbuffer.projection_chunks"
+    storage = text(
+        f"SELECT attstorage FROM pg_attribute WHERE attrelid = '{chunks}'::regclass AND attname = 'embedding'"
+    )
+    estimate = text(f"SELECT reltuples FROM pg_class WHERE oid = '{chunks}'::regclass")
+    dimension = loaded.embedder.dimension
+    with loaded.engine.begin() as conn:
+        assert conn.execute(storage).scalar() == "p"
+        conn.execute(text(f"ALTER TABLE {chunks} ALTER COLUMN embedding SET STORAGE EXTENDED"))
+        tables.create(conn, dimension)  # a database made before vectors were kept inline
+        assert conn.execute(storage).scalar() == "p"
+        refresh_statistics(conn, dimension)
+        assert conn.execute(estimate).scalar() == conn.execute(text(f"SELECT count(*) FROM {chunks}")).scalar() > 0
 
 
 @pytest.mark.parametrize("mode", ["lexical", "semantic", "hybrid"])

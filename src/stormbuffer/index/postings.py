@@ -33,7 +33,7 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, KeysView, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
@@ -320,8 +320,8 @@ def _batches(items: list[str]) -> Iterator[list[str]]:
 class TermLookup(Protocol):
     """Where a projection keeps its postings, as ranking reads them: packed entries (`entry_dtype`)."""
 
-    def own(self, term: str) -> bytes | None:
-        """The entries of exactly `term`, None when it is no term of the index."""
+    def own(self, terms: Sequence[str]) -> list[bytes | None]:
+        """The entries of exactly each of `terms` (distinct), None for one that is no term of the index."""
 
     def prefixed(self, term: str) -> list[bytes]:
         """The entries of each indexed term that `term` is a proper prefix of."""
@@ -333,9 +333,9 @@ class SqliteTerms:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def own(self, term: str) -> bytes | None:
-        row = self.conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchone()
-        return None if row is None else row[0]  # type: ignore[no-any-return]
+    def own(self, terms: Sequence[str]) -> list[bytes | None]:
+        found = [self.conn.execute("SELECT entries FROM postings WHERE term = ?", (term,)).fetchone() for term in terms]
+        return [None if row is None else row[0] for row in found]
 
     def prefixed(self, term: str) -> list[bytes]:
         conn = self.conn
@@ -369,7 +369,9 @@ def rank(
     import numpy as np
 
     lookup = SqliteTerms(conn) if isinstance(conn, sqlite3.Connection) else conn
-    matched = [found for term in dict.fromkeys(query_terms) if (found := _matches(lookup, term)).size]
+    distinct = list(dict.fromkeys(query_terms))
+    owned = lookup.own(distinct)  # in one request: a database server answers them in one round trip
+    matched = [found for term, own in zip(distinct, owned, strict=True) if (found := _matches(lookup, term, own)).size]
     rarer = [entries for entries in matched if 2 * entries.size < stats.chunks]
     chosen = rarer or matched
     if not chosen or limit < 1:
@@ -387,11 +389,10 @@ def rank(
     return found[order], scores[order]
 
 
-def _matches(lookup: TermLookup, term: str) -> np.ndarray:
-    """The postings of one query term: its own, else the merged postings of every term it prefixes."""
+def _matches(lookup: TermLookup, term: str, own: bytes | None) -> np.ndarray:
+    """The postings of one query term: its own (`own`), else the merged postings of every term it prefixes."""
     import numpy as np
 
-    own = lookup.own(term)
     if own is not None or (len(term) == 1 and term.isascii()):
         return np.frombuffer(own or b"", dtype=_entry())
     rows = lookup.prefixed(term)

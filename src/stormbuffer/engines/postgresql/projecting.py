@@ -150,6 +150,17 @@ def ensure_vector_index(conn: Connection, *, at_least: int = HNSW_FROM) -> bool:
     return True
 
 
+def refresh_statistics(conn: Connection, dimension: int) -> None:
+    """ANALYZE the projection's tables, in the caller's transaction: after a bulk write the planner
+    would otherwise plan recalls on row counts from before it (nested loops over thousands of rows)
+    until autovacuum's next analyze."""
+    from sqlalchemy import text
+
+    found = tables(dimension)
+    names = ", ".join(f"{SCHEMA}.{table.name}" for table in (found.records, found.chunks, found.postings))
+    conn.execute(text(f"ANALYZE {names}"))
+
+
 def _count(conn: Connection, found: Tables, store: str, chunks: int, terms: int) -> None:
     """Add to the store's chunk count and total weighted length (the BM25 statistics)."""
     from sqlalchemy.dialects.postgresql import insert

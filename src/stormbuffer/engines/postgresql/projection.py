@@ -53,30 +53,34 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
             exact: bool = False) -> Iterator[PostgresProjection]:  # fmt: skip
     """A read snapshot of the projection of `store` (its record scope) in `engine`'s database; `exact`
     searches vectors exactly even where an HNSW index exists."""
-    from sqlalchemy import func, select, text
-
     found = tables(dimension)
     with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
         with conn.begin():
-            conn.execute(text("SET TRANSACTION READ ONLY"))
-            kept = conn.execute(select(found.settings.c.key, found.settings.c.value)
-                                .where(found.settings.c.store == store))  # fmt: skip
-            settings = {key: value for key, value in kept}
-            counted = conn.execute(select(found.stats.c.chunks, found.stats.c.terms)
-                                   .where(found.stats.c.store == store)).one_or_none()  # fmt: skip
-            chunks, terms = counted or (0, 0)
-            settings[postings.STATS] = json.dumps({"chunks": int(chunks), "terms": int(terms)})
+            kept, chunks, terms, pending, indexed = conn.execute(_opening(found, store, exact)).one()
+            settings = dict(kept or {})
+            settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
             if VECTOR_MODEL in settings:
-                from ...index.chunking import VECTOR_CHUNKS
-
-                c = found.chunks.c
-                pending = conn.execute(select(func.count()).where(c.store == store, c.embedding.is_(None),
-                                                                  c.ordinal < VECTOR_CHUNKS))  # fmt: skip
-                settings[pj.VECTOR_PENDING] = str(pending.scalar() or 0)
-            index = f"{SCHEMA}.{HNSW_INDEX}"
-            indexed = not exact and conn.execute(text("SELECT to_regclass(:name)"), {"name": index}).scalar()
+                settings[pj.VECTOR_PENDING] = str(pending or 0)
             yield PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
+
+
+def _opening(found: Tables, store: str, exact: bool) -> Any:
+    """What a reader needs first, in one statement: the store's settings (a JSON object), its BM25
+    statistics, how many chunks wait for a vector, and whether the HNSW index answers."""
+    from sqlalchemy import func, literal, null, select
+
+    from ...index.chunking import VECTOR_CHUNKS
+
+    c, kept, counted = found.chunks.c, found.settings.c, found.stats.c
+    return select(
+        select(func.json_object_agg(kept.key, kept.value)).where(kept.store == store).scalar_subquery(),
+        select(counted.chunks).where(counted.store == store).scalar_subquery(),
+        select(counted.terms).where(counted.store == store).scalar_subquery(),
+        select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
+        .scalar_subquery(),
+        null() if exact else func.to_regclass(literal(f"{SCHEMA}.{HNSW_INDEX}")),
+    )  # fmt: skip
 
 
 @dataclass
@@ -143,19 +147,20 @@ class PostgresProjection:
 
 @dataclass(frozen=True)
 class PostgresTerms:
-    """The postings rows of one term, packed as `index.postings` ranks them."""
+    """The postings rows of terms, packed as `index.postings` ranks them."""
 
     projection: PostgresProjection
 
-    def own(self, term: str) -> bytes | None:
-        from sqlalchemy import and_
+    def own(self, terms: Sequence[str]) -> list[bytes | None]:
+        from sqlalchemy import Text, and_, any_, literal
+        from sqlalchemy.dialects.postgresql import ARRAY
 
         table = self.projection.found.postings
         p = table.c
-        ((packed,),) = self.projection.rows(
-            _packed_entries(table, and_(p.store == self.projection.store, p.term == term))
-        )
-        return None if packed is None else _little_endian(packed)
+        wanted = any_(literal(list(terms), ARRAY(Text(collation="C"))))
+        found = dict(self.projection.rows(_packed_entries(table, and_(p.store == self.projection.store,
+                                                                      p.term == wanted))))  # fmt: skip
+        return [None if (packed := found.get(term)) is None else _little_endian(packed) for term in terms]
 
     def prefixed(self, term: str) -> list[bytes]:
         from sqlalchemy import and_, func
@@ -167,8 +172,8 @@ class PostgresTerms:
             where = and_(p.store == self.projection.store, p.term > term, p.term < after)
         else:
             where = and_(p.store == self.projection.store, p.term > term, func.left(p.term, len(term)) == term)
-        found = self.projection.rows(_packed_entries(table, where, by_term=True))
-        return [_little_endian(packed) for (packed,) in found]
+        found = self.projection.rows(_packed_entries(table, where))
+        return [_little_endian(packed) for _term, packed in found]
 
 
 @dataclass(frozen=True)
@@ -239,16 +244,15 @@ def _any(values: Iterable[int]) -> Any:
 _BIG_ENDIAN = [("chunk", ">i4"), ("count", ">u2"), ("length", ">u2")]
 
 
-def _packed_entries(table: Any, where: Any, *, by_term: bool = False) -> Any:
-    """The postings rows matching `where` packed by the server, one bytea (per term with `by_term`) of
+def _packed_entries(table: Any, where: Any) -> Any:
+    """The postings rows matching `where` packed by the server: per term, the term and one bytea of
     big-endian (chunk int32, count uint16, length uint16) in chunk order: one value to read, not a row each."""
     from sqlalchemy import literal_column, select
 
     low16 = "substring(int4send({}) from 3 for 2)"  # the low two bytes of a (non-negative) int4
     aggregate: Any = literal_column(f"string_agg(int4send(chunk::int4) || {low16.format('count')} || "
                                f"{low16.format('length')}, ''::bytea ORDER BY chunk)")  # fmt: skip
-    statement = select(aggregate).select_from(table).where(where)
-    return statement.group_by(table.c.term).order_by(table.c.term) if by_term else statement
+    return select(table.c.term, aggregate).where(where).group_by(table.c.term).order_by(table.c.term)
 
 
 def _little_endian(packed: bytes) -> bytes:

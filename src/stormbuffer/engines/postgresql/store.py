@@ -163,6 +163,7 @@ class PostgreSQLStore:
             if progress is not None:
                 progress(done, len(writes))
         transaction.project()
+        transaction.refresh_statistics()
 
 
 class PostgreSQLTransaction:
@@ -187,6 +188,13 @@ class PostgreSQLTransaction:
             project(
                 self.conn, self.store.scope, items, dimension=DIMENSION, count_tokens=token_counter(self.store.paths)
             )
+
+    def refresh_statistics(self) -> None:
+        """Let the planner see what a bulk write brought (`projecting.refresh_statistics`)."""
+        from ...embedding.constants import DIMENSION
+        from .projecting import refresh_statistics
+
+        refresh_statistics(self.conn, DIMENSION)
 
     def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
         from .schema import records
