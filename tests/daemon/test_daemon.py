@@ -194,6 +194,28 @@ def test_memory_and_open_files_stay_bounded_over_hundreds_of_sessions(store: Sto
     assert after["rss_kib"] <= before["rss_kib"] + 16 * 1024  # far below a leak of one session's objects
 
 
+def test_an_mcp_session_sent_together_with_its_hello_is_answered_whole(store: Store) -> None:  # noqa: F811
+    """Bytes that arrive together with the hello belong to the session that follows it."""
+    store.seed()
+    env = store.box.env
+    assert session(store.box)[0] == 0  # starts the daemon
+    hello = relay.hello("mcp", env, view="project", grant="none", cwd=str(store.box.cwd))
+    recall = request(2, "tools/call", {"name": "memory_recall", "arguments": {"query": "magnetar"}})
+    lines = [hello, request(1, "initialize", INITIALIZE_PARAMS), INITIALIZED, recall]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(TIMEOUT)
+        sock.connect(os.fspath(place(store.box).socket))
+        sock.sendall("".join(json.dumps(line) + "\n" for line in lines).encode())
+        sock.shutdown(socket.SHUT_WR)
+        with sock.makefile("rb") as reader:
+            accepted, *lines_out, end = reader.read().splitlines(keepends=True)
+    assert json.loads(accepted)["ok"] is True
+    assert end == SESSION_END
+    answers = [json.loads(line) for line in lines_out]
+    assert [answer["id"] for answer in answers] == [1, 2]
+    assert answers[1]["result"]["structuredContent"]["ok"] is True, answers[1]
+
+
 def test_daemon_status_and_stop(store: Store) -> None:  # noqa: F811
     box = store.box
     stopped = box.sbuf("daemon", "status")
