@@ -32,15 +32,17 @@ def _descriptors() -> int:
 
 
 def connection_cap() -> int:
-    """`MAX_CONNECTIONS`, or half the soft descriptor limit when that is lower (the store's files,
-    the watcher, the model and the accept batch need the rest)."""
-    return max(8, min(MAX_CONNECTIONS, _descriptors() // 2))
+    """`MAX_CONNECTIONS`, or three eighths of the soft descriptor limit when that is lower: the
+    store's files, the watcher and the model need some of the rest, and so do connections accepted
+    or closed but not yet handed back (a closed socket's descriptor is freed one loop turn later,
+    while a few accept batches may be in flight)."""
+    return max(8, min(MAX_CONNECTIONS, _descriptors() * 3 // 8))
 
 
 def accept_batch() -> int:
-    """How many connections the server accepts at once, and its listen queue: an eighth of the
+    """How many connections the server accepts at once, and its listen queue: a sixteenth of the
     descriptor limit, at most `MAX_CONNECTIONS // 2`."""
-    return max(4, min(MAX_CONNECTIONS // 2, _descriptors() // 8))
+    return max(4, min(MAX_CONNECTIONS // 2, _descriptors() // 16))
 
 
 class BoundedH11Protocol(H11Protocol):
