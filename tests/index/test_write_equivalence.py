@@ -19,10 +19,12 @@ import Stemmer
 from stormbuffer.core.ids import new_record_id
 from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import Repository
+from stormbuffer.core.stores import StorePaths
 from stormbuffer.core.timestamps import Timestamp
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body
 from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, STATS, _Accumulator, problem
+from stormbuffer.index.sync import record_chunks, sync_store, token_counter
 from tests.stores import make_store
 
 DIGESTS = Path(__file__).parents[1] / "fixtures" / "chunking" / "digests.json"
@@ -161,6 +163,66 @@ def test_postings_through_adds_edits_and_forgets_are_the_plain_count(
     for name in ["log", "mixed-7"]:
         repo.forget(added[name].id)
         check()
+
+
+def chunk_rows(paths: StorePaths, record_id: str) -> list[tuple]:
+    """(id, then the values `record_chunks` makes) of a record's stored chunks, by ordinal."""
+    with pj.reading(paths.index_path) as conn:
+        return conn.execute(
+            "SELECT id, record_id, ordinal, heading, text, embed_text, retrieval_text, token_count, word_count, "
+            "embed_hash FROM chunks WHERE record_id = ? ORDER BY ordinal", (record_id,)).fetchall()  # fmt: skip
+
+
+def test_an_edit_keeps_the_chunks_it_did_not_change(tmp_path: Path) -> None:
+    """Appending a line, removing a paragraph (later chunks move up), editing the file by hand (sync)
+    and re-tagging: each time the stored chunks are exactly a fresh chunking of the record, the
+    postings exactly the plain count, and only chunks whose content changed get new ids."""
+    paths = make_store(tmp_path)
+    repo = Repository(paths)
+    rng = random.Random(7)
+    paragraphs = [_words(rng, 150) for _ in range(80)]  # one chunk each past the vector cap
+    now = Timestamp.now()
+    record = repo.add(Record(new_record_id(), "A long design note", "fact", repo.scope, "active", "agent", now, now,
+                             tags=("design",), sources=(SOURCE,), body="\n\n".join(paragraphs)))  # fmt: skip
+    count = token_counter(paths)
+
+    def edited(**changes: object) -> tuple[list[tuple], list[tuple]]:
+        """Replace the record through the repository; its chunk rows before and after."""
+        before = chunk_rows(paths, record.id)
+        current = repo.find(record.id)
+        repo.replace_if_unchanged(current, current.record.replace(updated_at=Timestamp.now(), **changes))
+        return before, checked()
+
+    def checked() -> list[tuple]:
+        after = chunk_rows(paths, record.id)
+        current = repo.find(record.id)
+        fresh = record_chunks(current.record, current.path.relative_to(paths.root).as_posix(), count)
+        assert [row[1:] for row in after] == [tuple(row) for row in fresh]
+        with pj.reading(paths.index_path) as conn:
+            assert problem(conn) is None
+            assert stored_postings(conn) == plain_postings(conn)
+        return after
+
+    added = _words(rng, 20)  # too long to join the last paragraph's chunk
+    before, after = edited(body="\n\n".join([*paragraphs, added]))
+    assert [row[0] for row in after[:-1]] == [row[0] for row in before] and after[-1][4] == added
+
+    gone = paragraphs.pop(70)  # past the vector cap: one chunk, the later ones move up
+    before, after = edited(body="\n\n".join([*paragraphs, added]))
+    assert [row[0] for row in after] == [row[0] for row in before if row[4] != gone]
+    assert len(after) == len(before) - 1 and [row[2] for row in after] == list(range(len(after)))
+
+    path = repo.find(record.id).path
+    rewritten = _words(rng, 150)
+    path.write_text(path.read_text(encoding="utf-8").replace(paragraphs[75], rewritten), encoding="utf-8")
+    before = after
+    sync_store(paths)
+    after = checked()
+    changed = [(old[4], new[4]) for old, new in zip(before, after, strict=True) if old[0] != new[0]]
+    assert changed == [(paragraphs[75], rewritten)]
+
+    before, after = edited(tags=("design", "retagged"))  # every chunk's retrieval text changes
+    assert not {row[0] for row in before} & {row[0] for row in after}
 
 
 if __name__ == "__main__":  # regenerate the digests (only from a chunker known to be right)

@@ -49,7 +49,9 @@ MAX_COUNT = 0xFFFF  # occurrences and lengths are stored as 16-bit counts (satur
 STATS = "lexical_stats"  # metadata key: JSON {"chunks": n, "terms": total length}
 _BATCH = 500  # terms per statement
 _WORD = re.compile(r"\w+")  # for str patterns: str.isalnum() characters and "_"
+_ASCII_SEPARATORS = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
 FIELD_WEIGHTS = (2, 1, 2, 1, 1, 1)  # title, heading path, aliases, tags, file name, chunk text
+_TEXT_WEIGHT = FIELD_WEIGHTS[-1]
 # Words left out of a query while it has other words: the English stop set of Lucene's and
 # Elasticsearch's standard analyzers (articles, prepositions, conjunctions, forms of "be"), whose
 # BM25 weight is noise. Pronouns, auxiliaries and question words stay: in a store of conversations
@@ -79,8 +81,8 @@ def _stemmer() -> Any:
 
 def words(text: str) -> list[str]:
     """Lowercased runs of Unicode letters, digits and `_`; everything else separates words."""
-    if text.isascii():
-        return _WORD.findall(text.lower())
+    if text.isascii():  # the same runs, found by turning every other character into a space
+        return text.lower().translate(_ASCII_SEPARATORS).split()
     found = _WORD.findall(text)
     # Lowered all at once: a line break is in no word and comes of no lowercasing, so the split gives
     # each word lowered on its own (a final sigma too: case context does not cross a line break).
@@ -109,12 +111,38 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(stems(content)))
 
 
-def weighted_terms(retrieval_text: str, known: dict[str, str] | None = None) -> tuple[Counter[str], int]:
-    """A retrieval text's weighted count of each term, and its weighted length (`known`: as `stems`)."""
+Tally = tuple[Counter[str], int]  # weighted count of each term, weighted length
+
+
+def weighted_terms(
+    retrieval_text: str, known: dict[str, str] | None = None, prefixes: dict[str, Tally] | None = None
+) -> Tally:
+    """A retrieval text's weighted count of each term, and its weighted length (`known`: as `stems`;
+    `prefixes` carries the counts of the fields before the chunk text, which the chunks of one record
+    share, and gains new ones)."""
     known = {} if known is None else known
+    fields = retrieval_text.split("\n", len(FIELD_WEIGHTS) - 1)
+    text = fields.pop() if len(fields) == len(FIELD_WEIGHTS) else None
+    prefix = "\n".join(fields)
+    cached = None if prefixes is None else prefixes.get(prefix)
+    if cached is None:
+        cached = _field_terms(fields, known)
+        if prefixes is not None:
+            prefixes[prefix] = cached
+    counts, length = cached[0].copy(), cached[1]
+    if text is not None:
+        found = stems(words(text), known)
+        length += _TEXT_WEIGHT * len(found)
+        for _ in range(_TEXT_WEIGHT):
+            counts.update(found)
+    return counts, length
+
+
+def _field_terms(fields: list[str], known: dict[str, str]) -> Tally:
+    """Weighted counts and length of the fields before the chunk text."""
     counts: Counter[str] = Counter()
     length = 0
-    for field, weight in zip(retrieval_text.split("\n", len(FIELD_WEIGHTS) - 1), FIELD_WEIGHTS, strict=False):
+    for field, weight in zip(fields, FIELD_WEIGHTS, strict=False):
         found = stems(words(field), known)
         length += weight * len(found)
         for _ in range(weight):  # each occurrence counts `weight` times
@@ -172,14 +200,8 @@ def apply_changes(conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM lexical_changes")
         return
     stats = Stats.of(dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall()))
-    dropped: dict[str, set[int]] = {}
-    total = stats.terms
-    known: dict[str, str] = {}
-    for chunk, text in removed.items():
-        counts, length = weighted_terms(text, known)
-        total -= length
-        for term in counts:
-            dropped.setdefault(term, set()).add(chunk)
+    dropped, removed_length = _terms_of(removed.values())
+    total = stats.terms - removed_length
     new = _Accumulator()
     for chunk, text in conn.execute(
         "SELECT c.id, c.retrieval_text FROM lexical_changes AS l JOIN chunks AS c ON c.id = l.chunk "
@@ -188,13 +210,36 @@ def apply_changes(conn: sqlite3.Connection) -> None:
         if chunk in added:
             added.discard(chunk)  # an id logged twice (updated) is read once
             total += new.add(chunk, text)
-    _merge(conn, new, dropped)
+    _merge(conn, new, dropped, removed.keys())
     chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
     conn.execute(
         "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         (STATS, json.dumps({"chunks": chunks, "terms": total})),
     )
     conn.execute("DELETE FROM lexical_changes")
+
+
+def _terms_of(texts: Iterable[str]) -> tuple[set[str], int]:
+    """Every term of these retrieval texts, and their total weighted length: what removing their
+    chunks takes away. The chunk texts are split as one text (no word crosses the line breaks that
+    join them), the shared fields before them once per distinct value."""
+    known: dict[str, str] = {}
+    prefixes: dict[str, Tally] = {}
+    found: set[str] = set()
+    length = 0
+    bodies = []
+    for text in texts:
+        fields = text.split("\n", len(FIELD_WEIGHTS) - 1)
+        if len(fields) == len(FIELD_WEIGHTS):
+            bodies.append(fields.pop())
+        prefix = "\n".join(fields)
+        if prefix not in prefixes:
+            prefixes[prefix] = _field_terms(fields, known)
+            found.update(prefixes[prefix][0])
+        length += prefixes[prefix][1]
+    body_words = words("\n".join(bodies))
+    found.update(stems(list(set(body_words)), known))
+    return found, length + _TEXT_WEIGHT * len(body_words)
 
 
 class _Accumulator:
@@ -209,10 +254,11 @@ class _Accumulator:
         self._groups: list[list[np.ndarray]] = []  # per term number: its packed entries, fold by fold
         self._columns = _columns()
         self._stems: dict[str, str] = {}
+        self._prefixes: dict[str, Tally] = {}
 
     def add(self, chunk: int, text: str) -> int:
         """Add one chunk's terms; returns its weighted length."""
-        counts, total = weighted_terms(text, self._stems)
+        counts, total = weighted_terms(text, self._stems, self._prefixes)
         ids = self._ids
         numbers, chunks, occurrences, lengths = self._columns
         numbers.extend([ids.setdefault(term, len(ids)) for term in counts])
@@ -263,10 +309,15 @@ def _columns() -> tuple[array[int], array[int], array[int], array[int]]:
     return array("i"), array("i"), array("H"), array("H")
 
 
-def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[int]]) -> None:
+def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: set[str], removed: Iterable[int]) -> None:
+    """Write the postings of every term touched: without the `removed` chunks in the `dropped` terms
+    (every term those chunks had), with the `new` entries."""
     import numpy as np
 
-    touched = sorted(new.terms | dropped.keys())
+    gone = np.fromiter(removed, dtype=np.int64)
+    is_gone = np.zeros(int(gone.max(initial=-1)) + 2, dtype=bool)  # by chunk id; the last slot stays False
+    is_gone[gone] = True
+    touched = sorted(new.terms | dropped)
     for batch in _batches(touched):
         stored = dict(conn.execute(
             f"SELECT term, entries FROM postings WHERE term IN ({', '.join('?' * len(batch))})", batch))  # fmt: skip
@@ -274,7 +325,7 @@ def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: dict[str, set[i
         for term in batch:
             entries = np.frombuffer(stored.get(term, b""), dtype=_entry())
             if term in dropped:
-                entries = entries[~np.isin(entries["chunk"], np.fromiter(dropped[term], dtype=np.int64))]
+                entries = entries[~is_gone[np.minimum(entries["chunk"], is_gone.size - 1)]]
             if term in new.terms:
                 entries = np.concatenate([entries, new.packed(term)])
                 entries = entries[np.argsort(entries["chunk"], kind="stable")]

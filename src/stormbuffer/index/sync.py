@@ -37,7 +37,7 @@ from ..core.errors import IndexBusy, IndexUnavailable, RecordError, StoreError
 from ..core.locks import LockBusy, exclusive_lock
 from ..core.records import Record, normalize
 from ..core.stores import StorePaths, record_scope
-from . import postings
+from . import kept_chunks, postings
 from . import projection as pj
 from . import vectors as vector_files
 from .chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body, own_sentences, sentence_spans
@@ -967,30 +967,42 @@ def project_records(
 ) -> int:
     """Replace the rows of these records (by id and by path) and chunk their bodies, inside the caller's
     transaction on the driver's connection (a write projects what it wrote without SQLAlchemy). Each
-    item: store-relative path, record, sha256 of the file, stored stat values. Returns the chunks written."""
+    item: store-relative path, record, sha256 of the file, stored stat values. A record still at the
+    same path with the same title, aliases and tags keeps the chunk rows that did not change
+    (`kept_chunks`). Returns the chunks these records now have."""
+    record_rows = [
+        (record.id, record.scope, path, record.title, normalize(record.title), record.kind, record.status,
+         record.access, record.created_at.render(), record.updated_at.render(), _json(list(record.tags)),
+         _json(list(record.aliases)), _json([source.to_json() for source in record.sources]), sha256,
+         stat["size"], stat["mtime_ns"], stat["inode"])
+        for path, record, sha256, stat in records
+    ]  # fmt: skip
     marks = ", ".join("?" * len(records))
-    conn.execute(f"DELETE FROM records WHERE id IN ({marks}) OR path IN ({marks})",
-                 [record.id for _, record, _, _ in records] + [path for path, _, _, _ in records])  # fmt: skip
-    record_rows, chunk_rows = [], []
-    for path, record, sha256, stat in records:
-        record_rows.append((
-            record.id, record.scope, path, record.title, normalize(record.title), record.kind, record.status,
-            record.access, record.created_at.render(), record.updated_at.render(), _json(list(record.tags)),
-            _json(list(record.aliases)), _json([source.to_json() for source in record.sources]), sha256,
-            stat["size"], stat["mtime_ns"], stat["inode"],
-        ))  # fmt: skip
-        chunk_rows.extend(record_chunks(record, path, count))
-    conn.executemany(
-        "INSERT INTO records(id, scope, path, title, title_key, kind, status, access, created_at, updated_at, tags, "
-        f"aliases, sources, content_sha256, size, mtime_ns, inode) VALUES ({', '.join('?' * 17)})",
-        record_rows,
-    )
-    conn.executemany(
-        "INSERT INTO chunks(record_id, ordinal, heading, text, embed_text, retrieval_text, token_count, word_count, "
-        "embed_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        chunk_rows,
-    )
-    return len(chunk_rows)
+    stored = set(conn.execute(f"SELECT id, path, title, aliases, tags FROM records WHERE id IN ({marks})",
+                              [row[0] for row in record_rows]))  # fmt: skip
+    same = {row[0] for row in record_rows if (row[0], row[2], row[3], row[11], row[10]) in stored}
+    others = [row for row in record_rows if row[0] not in same]  # replaced whole, chunks and all
+    if others:
+        marks = ", ".join("?" * len(others))
+        conn.execute(f"DELETE FROM records WHERE id IN ({marks}) OR path IN ({marks})",
+                     [row[0] for row in others] + [row[2] for row in others])  # fmt: skip
+    written = 0
+    for (path, record, _sha256, _stat), row in zip(records, record_rows, strict=True):
+        chunks = record_chunks(record, path, count)
+        written += len(chunks)
+        if row[0] in same:
+            conn.execute(_UPDATE_RECORD, (*row[1:], row[0]))
+            kept_chunks.replace(conn, record.id, chunks)
+        else:
+            conn.execute(_INSERT_RECORD, row)
+            conn.executemany(kept_chunks.INSERT, chunks)
+    return written
+
+
+_RECORD_COLUMNS = ("id", "scope", "path", "title", "title_key", "kind", "status", "access", "created_at", "updated_at",
+                   "tags", "aliases", "sources", "content_sha256", "size", "mtime_ns", "inode")  # fmt: skip
+_INSERT_RECORD = f"INSERT INTO records({', '.join(_RECORD_COLUMNS)}) VALUES ({', '.join('?' * len(_RECORD_COLUMNS))})"
+_UPDATE_RECORD = f"UPDATE records SET {', '.join(f'{name} = ?' for name in _RECORD_COLUMNS[1:])} WHERE id = ?"
 
 
 ChunkValues = tuple[str, int, str | None, str, str, str, int, int, str]
