@@ -314,7 +314,7 @@ def _active_twin(paths: StorePaths, record: Record) -> str | None:
     from ..core.errors import StormbufferError
     from ..index import projection
 
-    title, body = normalize(record.title), normalize(record.body)
+    title, body = normalize(record.title), None  # the body is normalized only when a title matches
     try:
         index = projection.existing_index_path(paths)
         if index is None:
@@ -325,6 +325,7 @@ def _active_twin(paths: StorePaths, record: Record) -> str | None:
                 "AND id != ? ORDER BY id", (title, record.kind, record.scope, record.id),
             ).fetchall()  # fmt: skip
         for other_id, path in rows:
+            body = normalize(record.body) if body is None else body
             if normalize(parse_markdown((paths.root / path).read_bytes()).body) == body:
                 return str(other_id)
     except (StormbufferError, OSError, sqlite3.Error):  # only a warning is lost

@@ -250,7 +250,7 @@ class _Accumulator:
     FOLD = 1 << 20  # entries gathered before they are grouped
 
     def __init__(self) -> None:
-        self._ids: dict[str, int] = {}  # term → its number, in order of first appearance
+        self._ids: dict[str, int] = {}  # term → its number
         self._groups: list[list[np.ndarray]] = []  # per term number: its packed entries, fold by fold
         self._columns = _columns()
         self._stems: dict[str, str] = {}
@@ -261,7 +261,9 @@ class _Accumulator:
         counts, total = weighted_terms(text, self._stems, self._prefixes)
         ids = self._ids
         numbers, chunks, occurrences, lengths = self._columns
-        numbers.extend([ids.setdefault(term, len(ids)) for term in counts])
+        for term in counts.keys() - ids.keys():
+            ids[term] = len(ids)
+        numbers.extend(map(ids.__getitem__, counts))
         chunks.extend([chunk] * len(counts))
         values = counts.values()
         occurrences.extend(values if max(values, default=0) <= MAX_COUNT else [min(n, MAX_COUNT) for n in values])
