@@ -4,7 +4,8 @@
 A project store of 20 everyday notes is built and synced once (`large_records.build`). For each size
 and each of `--repeats` rounds: `add` of a pasted log of that size (through an editor that appends the
 body, the way a person pastes one), `edit` of it (the editor appends one line), and
-`forget --destroy --yes`. Medians are reported, wall seconds and the child's CPU seconds (user +
+`forget --destroy --yes`; beside them, the floor: `cat` of the body into a copy (`copy_s`, a shell
+process reading and writing those bytes). Medians are reported, wall seconds and the child's CPU seconds (user +
 system: on a shared host it moves far less than wall time with the load), with each step's ratio
 to `sbuf --version` and the seconds each megabyte adds over the 10 KB record (`extra_s_per_mb`).
 
@@ -19,9 +20,11 @@ import argparse
 import json
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,13 +35,28 @@ from machine import machine  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "large_writes.json"
 SIZES = (10_000, 1_000_000, 5_000_000)
-STEPS = ("add_s", "edit_s", "forget_s", "add_cpu_s", "edit_cpu_s", "forget_cpu_s")
+STEPS = ("add_s", "edit_s", "forget_s", "copy_s", "add_cpu_s", "edit_cpu_s", "forget_cpu_s", "copy_cpu_s")
 
 
 def timed(args: list[str], project: Path, env: dict[str, str]) -> tuple[float, float, str]:
     """Wall seconds, CPU seconds (user + system of the child) and stdout of one `sbuf` run."""
+    return children_cpu(lambda: run(args, project, env))
+
+
+def copied(body: Path) -> tuple[float, float, str]:
+    """Wall and CPU seconds of `cat body > copy` in a shell: reading and writing the bytes, nothing else."""
+
+    def copy() -> tuple[float, str]:
+        started = time.perf_counter()
+        subprocess.run(["sh", "-c", 'cat "$0" > "$0.copy"', str(body)], check=True, timeout=60)
+        return time.perf_counter() - started, ""
+
+    return children_cpu(copy)
+
+
+def children_cpu(step: Callable[[], tuple[float, str]]) -> tuple[float, float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall, out = run(args, project, env)
+    wall, out = step()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, out
 
@@ -47,14 +65,15 @@ def one_round(project: Path, env: dict[str, str], size: int, work: Path) -> dict
     """Wall and CPU seconds of one add, edit and forget of a record of `size` bytes."""
     body = work / "body.txt"
     body.write_text(log_body(size), encoding="utf-8")
+    copy_s, copy_cpu, _ = copied(body)
     add = ["--project", "add", "--title", f"Pasted log {size}", "--body", "Log:", "--access", "agent"]
     add_s, add_cpu, out = timed(add, project, env)
     record_id = out.strip()
     body.write_text("One more line, added by an edit.\n", encoding="utf-8")
     edit_s, edit_cpu, _ = timed(["--project", "edit", record_id], project, env)
     forget_s, forget_cpu, _ = timed(["--project", "forget", record_id, "--destroy", "--yes"], project, env)
-    return {"add_s": add_s, "edit_s": edit_s, "forget_s": forget_s,
-            "add_cpu_s": add_cpu, "edit_cpu_s": edit_cpu, "forget_cpu_s": forget_cpu}  # fmt: skip
+    return {"add_s": add_s, "edit_s": edit_s, "forget_s": forget_s, "copy_s": copy_s, "add_cpu_s": add_cpu,
+            "edit_cpu_s": edit_cpu, "forget_cpu_s": forget_cpu, "copy_cpu_s": copy_cpu}  # fmt: skip
 
 
 def main() -> None:
@@ -92,9 +111,9 @@ def main() -> None:
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"sbuf --version: {version:.3f} s (median of 5)")
-    print(f"{'size':>10}" + "".join(f"{step:>14}" for step in STEPS))
+    print(f"{'size':>10}" + "".join(f"{step:>13}" for step in STEPS))
     for row in rows:
-        print(f"{row['size_bytes']:>10,}" + "".join(f"{row[step]:>14.2f}" for step in STEPS))
+        print(f"{row['size_bytes']:>10,}" + "".join(f"{row[step]:>13.3f}" for step in STEPS))
     for row in rows[1:]:
         extra = ", ".join(f"{step} {value:.2f}" for step, value in row["extra_s_per_mb"].items())
         print(f"{row['size_bytes']:>10,}: seconds per MB over the smallest: {extra}")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stormbuffer.index.postings import FIELD_WEIGHTS, STOPWORDS, query_terms, terms, weighted_terms, words
+from stormbuffer.index.postings import FIELD_WEIGHTS, STOPWORDS, Tally, query_terms, terms, weighted_terms, words
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval import SearchOptions, search
 from tests.stores import make_store, write_record
@@ -29,6 +30,22 @@ def test_a_query_looks_up_exactly_the_terms_the_same_words_are_indexed_as(text: 
     assert set(query_terms(text)) <= set(indexed)
     for word in words(text):
         assert query_terms(word) == terms(word)  # one word: never dropped, the same term either way
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=80) | st.text(max_size=40))
+def test_words_are_the_lowercased_runs_of_word_characters(text: str) -> None:
+    """ASCII text takes a split without the regular expression; every text gives what `\\w+` finds."""
+    assert words(text) == [word.lower() for word in re.findall(r"\w+", text)]
+
+
+def test_weighted_terms_count_the_shared_fields_once_with_the_same_result() -> None:
+    texts = [f"Title here\nOps / Deploys\nalias\ntag one\nnote.md\nchunk {n} deploys deployed" for n in range(3)]
+    texts += ["Title here\nOps", "only one line", "Title here\nOps / Deploys\nalias\ntag one\nnote.md\n"]
+    known: dict[str, str] = {}
+    shared: dict[str, Tally] = {}
+    assert [weighted_terms(text, known, shared) for text in texts] == [weighted_terms(text) for text in texts]
+    assert len(shared) == 3
 
 
 def test_stopwords_leave_a_query_only_while_it_has_other_words() -> None:

@@ -98,11 +98,11 @@ def _define() -> Tables:
         Column("ordinal", Integer, nullable=False),
         Column("heading", Text),
         Column("text", Text, nullable=False),
-        Column("embed_text", Text, nullable=False),
+        Column("embed_text", Text, nullable=False),  # empty past the vector cap (never embedded)
         Column("retrieval_text", Text, nullable=False),
         Column("token_count", Integer, nullable=False),  # model tokens of embed_text (0 past the vector cap)
         Column("word_count", Integer, nullable=False),  # whitespace words of text
-        Column("embed_hash", Text, nullable=False),  # sha256 of embed_text
+        Column("embed_hash", Text, nullable=False),  # sha256 of the embedding text (made past the cap too)
         UniqueConstraint("record_id", "ordinal"),
         Index("chunks_embed_hash", "embed_hash"),
         sqlite_autoincrement=True,

@@ -1010,14 +1010,16 @@ ChunkValues = tuple[str, int, str | None, str, str, str, int, int, str]
 
 def record_chunks(record: Record, path: str, count: Callable[[str], int]) -> list[ChunkValues]:
     """The chunks of a record at store-relative `path`, each as (record id, ordinal, heading, text, embedding
-    text, retrieval text, model tokens, words, sha256 of the embedding text): what every projection stores."""
+    text, retrieval text, model tokens, words, sha256 of the embedding text): what every projection stores.
+    Past the vector cap a chunk is never embedded: its embedding text is left empty (its hash is still
+    that of the text it would have) and its token count is 0."""
     prefix = retrieval_prefix(record, _name(path))
     rows = []
     for chunk in chunk_body(record.title, record.body, count_tokens=count, exact_chunks=VECTOR_CHUNKS):
-        tokens = count(chunk.embed_text) if chunk.ordinal < VECTOR_CHUNKS else 0  # never embedded past the cap
+        embedded = chunk.ordinal < VECTOR_CHUNKS
         rows.append((
-            record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text,
-            prefix(chunk.heading) + chunk.text, tokens, chunk.word_count,
+            record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text if embedded else "",
+            prefix(chunk.heading) + chunk.text, count(chunk.embed_text) if embedded else 0, chunk.word_count,
             hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
         ))  # fmt: skip
     return rows
