@@ -3,8 +3,8 @@ opencode`, its bundled Anthropic provider pointed at a loopback stub of the Mess
 reaches the first model request, the plugin registers the Stormbuffer MCP server (its tools are
 offered to the model), and with Stormbuffer unreachable the turn still completes.
 
-The review sent when a session goes idle is driven through `opencode serve` and its HTTP API, the
-server the TUI also runs: `opencode run` disposes its instance as soon as its turn ends, before an
+The review sent when a session goes idle is driven through `opencode serve` and its HTTP API, whose
+process outlives the turn: `opencode run` disposes its instance as soon as its turn ends, before an
 idle-time follow-up can start.
 """
 
