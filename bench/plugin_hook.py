@@ -15,7 +15,10 @@ max_ms}`, for:
 - `daemon`: the Codex hook with the warm per-user daemon running: `sbuf invoke` starts it after a
   one-shot read and routes every later call through it (`sbuf daemon status` must then report it);
   it is stopped at the end with `sbuf daemon stop`;
-- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again);
+- `hosts`: each host's hook through the same warm daemon (`codex` is `daemon` again); OpenCode
+  runs its plugin inside its own process, so `opencode` is the plugin's `chat.message` and
+  system-prompt handlers in one long-lived process (`opencode_hook.mjs`, on OpenCode's own Bun
+  runtime when the pinned `opencode` is installed, else on Node.js), timed inside it, per prompt;
 - `pieces`: where a hook's time goes, beside the same daemon: `node_start` (`node -e 0`),
   `codex_via_sbuf` (the Codex hook made to run `sbuf invoke` as it did before it spoke to the
   socket itself: `STORMBUFFER_BIN` is a `/bin/sh` wrapper, so the install check fails), and, when
@@ -57,6 +60,9 @@ HOOKS = {
     "claude": (ROOT / "plugins" / "claude-plugin-stormbuffer" / "hooks" / "claude.cjs", "UserPromptSubmit"),
     "gemini": (ROOT / "plugins" / "gemini-extension-stormbuffer" / "hooks" / "gemini.cjs", "BeforeAgent"),
 }
+OPENCODE_PLUGIN = ROOT / "plugins" / "opencode-plugin-stormbuffer" / "stormbuffer.js"
+OPENCODE_DRIVER = Path(__file__).parent / "opencode_hook.mjs"
+OPENCODE = ROOT / "tests" / "tools" / "node_modules" / "opencode-linux-x64" / "bin" / "opencode"
 RESULTS = Path(__file__).parent / "results" / "plugin_hook.json"
 SBUF = Path(sys.executable).parent / "sbuf"
 DAEMON_START_TIMEOUT_S = 60
@@ -82,8 +88,34 @@ def summary(times_s: list[float]) -> dict[str, Any]:
     }
 
 
+class InProcessHook:
+    """A host that runs the prompt handler inside its own long-lived process (OpenCode): one driver
+    process for the whole run, sent one prompt per round; the time is the handlers' own, taken in it."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)  # fmt: skip
+
+    def turn(self, index: int) -> tuple[float, bytes]:
+        """The seconds the handlers took for the index's query, and the system prompt they made."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(QUERIES[index % len(QUERIES)]) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit("the OpenCode plugin's driver ended early")
+        answer = json.loads(line)
+        return answer["ms"] / 1000, answer["system"].encode()
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
 Make = Callable[[int], tuple[list[str], bytes]]
-Run = tuple[Make, dict[str, str], bool]  # argv and stdin of an index, the environment, receipt required
+# argv and stdin of an index (or a driver process), the environment, receipt required
+Run = tuple[Make | InProcessHook, dict[str, str], bool]
 
 
 def timed(make: Make, cwd: Path, env: dict[str, str], iterations: int, receipt: bool = True) -> dict[str, Any]:
@@ -96,19 +128,33 @@ def timed_together(runs: dict[str, Run], cwd: Path, iterations: int) -> dict[str
     """`timed` for several runs taking turns, one process each per round, so that a load change
     on the machine reaches all of them alike."""
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for index in range(-1, iterations):
-        for name, (make, env, receipt) in runs.items():
-            argv, stdin = make(index)
-            start = time.perf_counter()
-            done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
-            elapsed = time.perf_counter() - start
-            if done.returncode != 0 or (receipt and b"receipt_id" not in done.stdout):
-                raise SystemExit(f"{name} returned no context: {done.stdout[:300]!r} {done.stderr[:300]!r}")
-            if index >= 0:
-                times[name].append(elapsed)
-        print(f"\r  {index + 1}/{iterations}", end="", file=sys.stderr, flush=True)
+    try:
+        for index in range(-1, iterations):
+            for name, (make, env, receipt) in runs.items():
+                elapsed, stdout, stderr = _once(make, index, cwd, env)
+                if stdout is None or (receipt and b"receipt_id" not in stdout):
+                    raise SystemExit(f"{name} returned no context: {(stdout or b'')[:300]!r} {stderr[:300]!r}")
+                if index >= 0:
+                    times[name].append(elapsed)
+            print(f"\r  {index + 1}/{iterations}", end="", file=sys.stderr, flush=True)
+    finally:
+        for make, _env, _receipt in runs.values():
+            if isinstance(make, InProcessHook):
+                make.close()
     print(file=sys.stderr)
     return {name: summary(found) for name, found in times.items()}
+
+
+def _once(make: Make | InProcessHook, index: int, cwd: Path, env: dict[str, str]) -> tuple[float, bytes | None, bytes]:
+    """One prompt: the seconds it took, its output (None when the process failed) and its stderr."""
+    if isinstance(make, InProcessHook):
+        elapsed, output = make.turn(index)
+        return elapsed, output, b""
+    argv, stdin = make(index)
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
+    elapsed = time.perf_counter() - start
+    return elapsed, done.stdout if done.returncode == 0 else None, done.stderr
 
 
 def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple[list[str], bytes]]:
@@ -124,6 +170,14 @@ def hook_run(node: str, cwd: Path, host: str = "codex") -> Callable[[int], tuple
     return make
 
 
+def opencode_runtime(node: str) -> tuple[list[str], dict[str, str]]:
+    """The argv prefix and environment that run a script as OpenCode runs its plugins: on the Bun
+    runtime inside the pinned `opencode` binary (`BUN_BE_BUN=1`) when installed, else on Node.js."""
+    if OPENCODE.is_file():
+        return [str(OPENCODE)], {"BUN_BE_BUN": "1"}
+    return [node], {}
+
+
 def command_run(argv: list[str]) -> Callable[[int], tuple[list[str], bytes]]:
     return lambda _index: (argv, b"")
 
@@ -135,6 +189,9 @@ def daemon_runs(node: str, project: Path, env: dict[str, str]) -> dict[str, Run]
     wrapper.write_text(f'#!/bin/sh\nexec "{SBUF}" "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
     runs: dict[str, Run] = {host: (hook_run(node, project, host), env, True) for host in HOOKS}
+    runtime, runtime_env = opencode_runtime(node)
+    driver = [*runtime, str(OPENCODE_DRIVER), str(OPENCODE_PLUGIN)]
+    runs["opencode"] = (InProcessHook(driver, project, {**env, **runtime_env}), env, True)
     runs["sbuf_version"] = (command_run([str(SBUF), "--version"]), env, False)
     runs["node_start"] = (command_run([node, "-e", "0"]), env, False)
     runs["codex_via_sbuf"] = (hook_run(node, project), {**env, "STORMBUFFER_BIN": str(wrapper)}, True)
@@ -175,6 +232,15 @@ def with_daemon(cwd: Path, env: dict[str, str], measure: Callable[[], Any]) -> A
         subprocess.run([str(SBUF), "daemon", "stop"], cwd=cwd, env=env, capture_output=True, check=False)
 
 
+def opencode_runtime_version(node: str) -> str:
+    """What `opencode_runtime` runs the OpenCode plugin on, with its version."""
+    runtime, runtime_env = opencode_runtime(node)
+    script = "process.stdout.write(typeof Bun === 'object' ? `bun ${Bun.version}` : `node ${process.version}`)"
+    done = subprocess.run([*runtime, "-e", script], env={**os.environ, **runtime_env}, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000)
@@ -196,7 +262,7 @@ def main() -> None:
     invoke = timed(invoke_run, project, alone, runs)
     print("prompt hooks of every host and where the time goes, through the daemon …", file=sys.stderr)
     measured = with_daemon(project, served, lambda: timed_together(daemon_runs(node, project, served), project, runs))
-    hosts = {host: measured.pop(host) for host in HOOKS}
+    hosts = {host: measured.pop(host) for host in [*HOOKS, "opencode"]}
     version = measured.pop("sbuf_version")
     parts = measured
     daemon = {"measured": True, **hosts["codex"]}
@@ -207,6 +273,7 @@ def main() -> None:
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "node": subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip(),
+        "opencode_runtime": opencode_runtime_version(node),
         "records": options.records,
         "vectors": f"FAST PATH: real model identity, vectors reused from {SAMPLE_TEXTS} really embedded chunks",
         "sbuf_version": version,
