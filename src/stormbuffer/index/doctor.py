@@ -101,7 +101,10 @@ def doctor_store(paths: StorePaths) -> Diagnosis:
         issues.append(Issue("failure", "canonical", "the selected store is not initialized",
                             "run `sbuf init` (or `sbuf --project init`)"))  # fmt: skip
         return diagnosis
-    diagnosis.database = database_variable(paths)
+    try:
+        diagnosis.database = database_variable(paths)
+    except StoreError:
+        pass  # an unreadable store.toml: reported below as the directory's
     if diagnosis.database is not None:
         _check_database(paths, diagnosis)
         return diagnosis
