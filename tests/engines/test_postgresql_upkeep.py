@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import psycopg
 
-from tests.helpers import Sandbox
+from tests.helpers import Sandbox, invoke
 from tests.postgres import PASSWORD
 
 VARIABLE = "STORMBUFFER_DATABASE_URL"
@@ -156,13 +157,15 @@ def test_gc_vacuums_the_projection_and_gc_index_rebuilds_it(sandbox: Sandbox) ->
     for record_id in ok(sandbox.sbuf("--project", "list", cwd=project)).splitlines()[:4]:
         ok(sandbox.sbuf("--project", "forget", record_id.split("\t")[0], "--destroy", "--yes", cwd=project))
 
+    assert not (project / ".sbuf" / "index.sqlite3").exists()  # a PostgreSQL store makes no SQLite projection
+    (project / ".sbuf" / "index.sqlite3").write_bytes(b"\0" * 4096)  # as an earlier version left one
     dry = ok(sandbox.sbuf("--project", "gc", "--dry-run", cwd=project))
     dead = int(field(dry, "Database").split("(", 1)[1].split(" dead", 1)[0])
     assert dead > 0, dry  # the forgotten records' chunks and postings
-    assert (project / ".sbuf" / "index.sqlite3").exists()  # a dry run removes nothing
+    assert "index.sqlite3\t4096 bytes" in dry and (project / ".sbuf" / "index.sqlite3").exists()
     collected = ok(sandbox.sbuf("--project", "gc", cwd=project))
     assert field(collected, "Database").startswith("projection tables vacuumed, ")
-    assert "index.sqlite3\t" in collected  # a SQLite projection is unused by a PostgreSQL store
+    assert "index.sqlite3\t4096 bytes" in collected  # unused by a PostgreSQL store
     assert not (project / ".sbuf" / "index.sqlite3").exists()
     again = ok(sandbox.sbuf("--project", "gc", "--dry-run", cwd=project))
     assert "(0 dead row versions;" in field(again, "Database")
@@ -180,3 +183,57 @@ def test_gc_vacuums_the_projection_and_gc_index_rebuilds_it(sandbox: Sandbox) ->
     assert field(ok(sandbox.sbuf("--project", "doctor", cwd=project)), "Status") == "healthy"
     hits = json.loads(ok(sandbox.sbuf("--project", "search", "--json", "note", cwd=project)))
     assert len(hits) == 2
+
+
+# ---- embedding in the background ------------------------------------------------------------------
+
+
+def vector_counts(url: str) -> tuple[int, int]:
+    """How many chunks the database holds, and how many of them still wait for a vector."""
+    with psycopg.connect(url) as conn:
+        found = conn.execute("SELECT count(*), count(*) - count(embedding) FROM stormbuffer.projection_chunks")
+        found = found.fetchone()
+    assert found is not None
+    return int(found[0]), int(found[1])
+
+
+def wait_for_vectors(url: str, chunks: int, seconds: float = 120.0) -> tuple[int, int]:
+    deadline = time.monotonic() + seconds
+    while (found := vector_counts(url)) != (chunks, 0) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return found
+
+
+def test_the_daemon_embeds_waiting_vectors_in_the_background(sandbox: Sandbox) -> None:
+    from stormbuffer.daemon import relay
+
+    url = sandbox.env[VARIABLE]
+    env = sandbox.env_with(STORMBUFFER_NO_DAEMON=None)
+    ok(sandbox.sbuf("--project", "init", "--engine", "postgresql"))
+    for number in range(12):  # one-shot writes: every chunk waits for a vector
+        ok(sandbox.sbuf("--project", "add", "--access", "agent", "--title", f"Runbook step {number}",
+                        "--body", f"Step {number} of the release runbook."))  # fmt: skip
+    assert vector_counts(url) == (12, 12)
+
+    relay.start(env)  # the real daemon process, as `sbuf invoke` starts it
+    deadline = time.monotonic() + 60
+    while relay.ask("status", env) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert relay.ask("status", env) is not None
+    search = {"version": 1, "query": "release runbook step", "limit": 3}
+    context = invoke("context", {**search, "budget": 128}, cwd=sandbox.cwd, env=env)
+    assert context["result"]["receipt"]["semantic_fallback"] == "vector_projection_incomplete"  # answered at once
+    assert wait_for_vectors(url, 12) == (12, 0)  # the rest embedded by the daemon's backlog thread
+    context = invoke("context", {**search, "budget": 128}, cwd=sandbox.cwd, env=env)
+    assert context["result"]["receipt"].get("semantic_fallback") is None
+
+    source = {"kind": "conversation", "reference": "session 9", "actor": "agent"}
+    for number in range(10):  # writes through the daemon, and no read after them
+        remember = {"version": 1, "title": f"Incident note {number}", "kind": "fact",
+                    "body": f"Incident {number} was caused by an expired certificate.", "source": source}  # fmt: skip
+        assert invoke("remember", remember, cwd=sandbox.cwd, env=env)["ok"]
+    served = int(relay.ask("status", env)["served"])
+    assert wait_for_vectors(url, 22) == (22, 0)
+    assert int(relay.ask("status", env)["served"]) == served + 1  # nothing but status asked meanwhile
+    report = json.loads(ok(sandbox.sbuf("--project", "status", "--json")))
+    assert report["projection"] == {"records": 22, "chunks": 22, "vectors": 22, "vectors_pending": 0}

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from ...core.stores import StorePaths
-    from ...index.sync import Progress, SyncReport
+    from ...index.sync import Embedder, Progress, SyncReport
 
 
 @dataclass(frozen=True)
@@ -212,3 +212,15 @@ def rebuild(paths: StorePaths, store: Any, progress: Progress | None = None) -> 
 
 
 _BATCH = 200  # records projected per statement group of a rebuild
+
+
+def reindex(paths: StorePaths, embedder: Embedder | None, progress: Progress | None = None) -> SyncReport:
+    """`sbuf reindex` of a PostgreSQL store: its projection rebuilt, then every vector embedded again."""
+    from ...core.repository import Repository
+    from ...index.backlog import catch_up
+
+    report = rebuild(paths, Repository(paths).engine, progress)
+    embedded = catch_up(paths, embedder, progress=progress)
+    report.embedded, report.pending = embedded.embedded, embedded.pending
+    report.vector_failure, report.rebuilt = embedded.vector_failure, True
+    return report
