@@ -67,7 +67,9 @@ from stormbuffer.core.timestamps import Timestamp
 cwd, base, name, threads, count = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 deadline = time.monotonic() + float(sys.argv[6])
 paths = resolve_store(View.PROJECT, cwd, PlatformDirs.from_environ(os.environ))
-Repository(paths).listing()  # the engine opened (pool, tokenizer) before the first write
+Repository(paths).listing()  # the engine's pool and the tokenizer ready before the first write
+from stormbuffer.index.sync import token_counter
+token_counter(paths)
 results = []
 print("ready", flush=True)
 
@@ -278,7 +280,7 @@ def main() -> None:
             outcomes = [outcome for _record, outcome in run["results"]]
             written = {record for record, outcome in run["results"] if outcome == "requires_approval"}
             total = args.processes * args.threads * args.per_writer
-            result = {
+            result: dict[str, Any] = {
                 "version_p50_s": statistics.median(version),
                 "warm_write_p50_s": statistics.median(warm),
                 "warm_write_p95_s": percentile(warm, 0.95),

@@ -159,6 +159,8 @@ def test_gc_vacuums_the_projection_and_gc_index_rebuilds_it(sandbox: Sandbox) ->
 
     assert not (project / ".sbuf" / "index.sqlite3").exists()  # a PostgreSQL store makes no SQLite projection
     (project / ".sbuf" / "index.sqlite3").write_bytes(b"\0" * 4096)  # as an earlier version left one
+    report = json.loads(ok(sandbox.sbuf("--project", "status", "--json", cwd=project)))
+    assert report["disk_usage"]["reclaimable_bytes"] >= 4096
     dry = ok(sandbox.sbuf("--project", "gc", "--dry-run", cwd=project))
     dead = int(field(dry, "Database").split("(", 1)[1].split(" dead", 1)[0])
     assert dead > 0, dry  # the forgotten records' chunks and postings
@@ -191,8 +193,8 @@ def test_gc_vacuums_the_projection_and_gc_index_rebuilds_it(sandbox: Sandbox) ->
 def vector_counts(url: str) -> tuple[int, int]:
     """How many chunks the database holds, and how many of them still wait for a vector."""
     with psycopg.connect(url) as conn:
-        found = conn.execute("SELECT count(*), count(*) - count(embedding) FROM stormbuffer.projection_chunks")
-        found = found.fetchone()
+        counted = conn.execute("SELECT count(*), count(*) - count(embedding) FROM stormbuffer.projection_chunks")
+        found = counted.fetchone()
     assert found is not None
     return int(found[0]), int(found[1])
 

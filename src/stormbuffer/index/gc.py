@@ -93,8 +93,11 @@ def gc_store(
 
 def reclaimable_bytes(paths: StorePaths) -> int:
     """What `gc_store` (without the projection itself or the models) would give back now; read only."""
-    index_path = pj.existing_index_path(paths)
-    found = _candidates(paths, include_index=False, include_models=False)
+    from ..engines.projection import database_variable
+
+    unused = database_variable(paths) is not None  # a PostgreSQL store's SQLite projection: all of it
+    index_path = None if unused else pj.existing_index_path(paths)
+    found = _candidates(paths, include_index=unused, include_models=False)
     return sum(map(_size, found.values())) + (_free_bytes(index_path) if index_path is not None else 0)
 
 
