@@ -1,7 +1,9 @@
 """Removing a whole store: a preview of what would go, then destruction under the mutation lock.
 
 The global store's projection lives in the shared cache; it goes too, but the model cache stays.
-An optional recovery archive is written (and verified) before anything is removed.
+An optional recovery archive is written (and verified) before anything is removed. A PostgreSQL
+store's rows (records, projection, anything else keyed by the store) are deleted in the transaction
+that holds its write lock; once that has committed, its directory goes.
 """
 
 from __future__ import annotations
@@ -34,13 +36,19 @@ class StoreSummary:
 def preview_destruction(paths: StorePaths) -> StoreSummary:
     """What destroying the store would remove; raises NotInitialized. Creates nothing."""
     config = read_config(paths)
+    records, canonical = len(record_files(paths.records)), canonical_bytes(paths)
+    if config.database is not None:
+        from ..engines.postgresql.upkeep import counts
+
+        found = counts(config.database, config.record_scope)
+        records, canonical = found.records, canonical + found.record_bytes
     return StoreSummary(
         store_id=config.project_id or GLOBAL,
         scope=config.record_scope,
         root=paths.root,
         store_root_bytes=tree_bytes(paths.root),
-        records=len(record_files(paths.records)),
-        canonical_bytes=canonical_bytes(paths),
+        records=records,
+        canonical_bytes=canonical,
         disposable_bytes=disposable_bytes(paths),
     )
 
@@ -53,7 +61,9 @@ def destroy_store(
     Returns the archive's resolved path (None without export). Nothing is removed when the id does
     not match or the export fails.
     """
-    with Repository(paths).locked():
+    repository = Repository(paths)
+    in_database = read_config(paths).database is not None
+    with repository.locked():
         store_id = preview_destruction(paths).store_id
         if store_id != expected_id:
             raise InvalidInput(f"store id mismatch: expected `{expected_id}`, got `{store_id}`")
@@ -62,8 +72,16 @@ def destroy_store(
             data = encode_archive(export_store(paths, progress))
             decode_archive(data)
             written = write_export(paths, data, export_to)
-        if paths.kind == "global":
-            for path in projection_files(paths):
-                path.unlink()
-        shutil.rmtree(paths.root)
+        repository.engine.erase()
+        if not in_database:  # the mutation lock is a file in the directory: removed while held
+            _remove_files(paths)
+    if in_database:  # the rows are gone (committed): now the directory
+        _remove_files(paths)
     return written
+
+
+def _remove_files(paths: StorePaths) -> None:
+    if paths.kind == "global":
+        for path in projection_files(paths):
+            path.unlink()
+    shutil.rmtree(paths.root)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..core.stores import StorePaths, retrieval_stores
+from ..core.stores import EMBEDDED, StorePaths, retrieval_stores
 from .context import current, fail
 from .failures import fail_on_invalid_records, failing, warn_degraded
 from .main import command
@@ -243,7 +243,11 @@ def doctor(repair: bool) -> None:
         else:
             diagnosis = doctor_store(paths)
     click.echo(out.field("Store", paths.kind))
-    click.echo(out.field("Index", out.path(str(diagnosis.index_path))))
+    if diagnosis.database is not None:
+        where = "the embedded PostgreSQL" if diagnosis.database == EMBEDDED else diagnosis.database
+        click.echo(out.field("Index", f"postgresql (database named by {where})"))
+    else:
+        click.echo(out.field("Index", out.path(str(diagnosis.index_path))))
     ready = out.success("ready") if diagnosis.semantic_model_ready else out.warning("lexical fallback")
     click.echo(out.field("Semantic retrieval", ready))
     for action in repaired:
@@ -282,6 +286,15 @@ def gc(dry_run: bool, include_index: bool, include_models: bool) -> None:
         click.echo(out.field("Reclaimed", f"{report.removed} files, {report.reclaimed_bytes} bytes"))
     for label, size in report.candidates:
         click.echo(f"{out.path(label)}\t{size} bytes")
+    if report.rebuilt is not None:
+        click.echo(out.field("Projection", f"rebuilt from {report.rebuilt.indexed} records "
+                             f"({report.rebuilt.chunks} chunks; their vectors wait for the daemon or "
+                             f"`sbuf {current().scope_flag} sync`)"))  # fmt: skip
+    if report.database is not None:
+        vacuumed = report.database
+        what = "would vacuum" if dry_run else f"vacuumed, {vacuumed.reclaimed_bytes} bytes given back"
+        click.echo(out.field("Database", f"projection tables {what} ({vacuumed.dead_rows} dead row versions; "
+                             f"{vacuumed.bytes_after} bytes now)"))  # fmt: skip
 
 
 # ---- search, context ----------------------------------------------------------------------------

@@ -210,7 +210,20 @@ def status(as_json: bool) -> None:
         ),
         ("Index version", "unavailable" if report["index_version"] is None else str(report["index_version"])),
         ("Embedding version", report["embedding_version"] or "unavailable"),
-        ("Last sync", _to_the_second(report["last_successful_sync"]) or "never"),
+    ]
+    if "engine" in report:  # a PostgreSQL store: its projection moves with every write
+        projection = report["projection"]
+        where = report["database_url_env"] or "the embedded PostgreSQL"
+        lines += [
+            ("Engine", f"{report['engine']} (database named by {where})"),
+            (
+                "Projection",
+                f"{projection['records']} records, {projection['chunks']} chunks, {projection['vectors']} vectors",
+            ),  # fmt: skip
+        ]
+    else:
+        lines.append(("Last sync", _to_the_second(report["last_successful_sync"]) or "never"))
+    lines += [
         (
             "Vectors",
             f"{report['vectors_pending']} texts waiting to be embedded (the daemon, `sbuf sync` or "
@@ -267,7 +280,30 @@ def _inspect(paths: StorePaths) -> dict[str, Any]:
     }
     if invalid:  # only a degraded store has the key
         report["invalid_files"] = [name for name, _reason in invalid]
+    if config is not None and config.database is not None:
+        report.update(_in_database(config.database, config.record_scope, report["disk_usage"]))
     return report
+
+
+def _in_database(database: str, scope: str, disk: dict[str, int]) -> dict[str, Any]:
+    """What `status` reports of a PostgreSQL store beside the directory's files: the engine, the name of the
+    variable that holds the URL (None for the embedded server), the projection's rows and the records' bytes."""
+    from ..core.stores import EMBEDDED
+    from ..engines.postgresql.upkeep import counts
+    from ..index.projection import PROTOCOL_INDEX_VERSION
+
+    found = counts(database, scope)
+    model = json.loads(found.vector_model) if found.vector_model else None
+    disk["canonical_bytes"] += found.record_bytes
+    return {
+        "engine": "postgresql",
+        "database_url_env": None if database == EMBEDDED else database,
+        "projection": found.to_json(),
+        "index_version": PROTOCOL_INDEX_VERSION,
+        "embedding_version": model["model_version"] if model else None,
+        "last_successful_sync": None,
+        "vectors_pending": found.waiting,
+    }
 
 
 # ---- writing records ----------------------------------------------------------------------------

@@ -111,3 +111,8 @@ class RecordStore(Protocol):
     def write_all(self, writes: Sequence[FileWrite], progress: Progress | None) -> None:
         """Write every record or none (an import); the caller holds `locked()`."""
         ...
+
+    def erase(self) -> None:
+        """Remove what the engine keeps of the store outside its directory (a store being destroyed), to
+        take effect when `locked()`, which the caller holds, ends; the directory engine keeps nothing there."""
+        ...

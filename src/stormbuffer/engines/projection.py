@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ..core.stores import StorePaths
     from ..index.postings import TermLookup
-    from ..index.sync import Embedder
+    from ..index.sync import Embedder, Progress, SyncReport
     from ..retrieval.hits import SearchOptions
 
 # The fields of a chunk and its record that hits are made of, in this order.
@@ -86,6 +86,20 @@ def reading(paths: StorePaths) -> AbstractContextManager[Projection]:
     from .directory.projection import reading as read_directory
 
     return read_directory(paths)
+
+
+def embed_waiting(paths: StorePaths, embedder: Embedder, *, limit: int | None = None,
+                  progress: Progress | None = None) -> SyncReport:  # fmt: skip
+    """Embed up to `limit` of the texts of the store's projection still without a vector (all without a
+    limit), from the engine its `store.toml` names; the report's `embedded` and `pending` count them.
+    IndexBusy when another process holds a directory store's projection."""
+    if database_variable(paths) is not None:
+        from .postgresql.projecting import embed_store
+
+        return embed_store(paths, embedder, limit=limit)
+    from ..index.sync import refresh_vectors
+
+    return refresh_vectors(paths, embedder, limit=limit, progress=progress)
 
 
 def database_variable(paths: StorePaths) -> str | None:

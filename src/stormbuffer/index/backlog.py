@@ -1,4 +1,5 @@
-"""Embedding the texts that reads left without vectors, a small step at a time.
+"""Embedding the texts that reads left without vectors, a small step at a time, on either engine
+(`engines.projection.embed_waiting`).
 
 A read embeds at most `READ_EMBED_LIMIT` texts before it answers from what exists (lexical
 postings plus the vectors already there); whatever is left is the store's backlog. It is embedded
@@ -6,7 +7,9 @@ by `embed_backlog`, `STEP` texts at a time, each step holding the projection loc
 and ending with a vector matrix that covers every text embedded so far: a reader or a writer that
 arrives meanwhile waits at most one step. Who runs it: `sbuf sync` and `sbuf watch` in the
 foreground, and a long-running process (the daemon, `sbuf serve`) in a `Backlog` thread per store,
-which a read starts when its sync left texts pending.
+which a read starts when its sync left texts pending. A PostgreSQL store's step is one transaction
+that takes the rows it embeds with `FOR UPDATE SKIP LOCKED`: writers and readers never wait for it,
+and the daemons of several hosts embed different rows.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from collections.abc import Callable
 
 from ..core.errors import IndexBusy, IndexUnavailable, StoreError
 from ..core.stores import StorePaths
-from .sync import Embedder, Progress, SyncReport, refresh_vectors
+from ..engines.projection import embed_waiting
+from .sync import Embedder, Progress, SyncReport
 
 STEP = 8  # texts embedded while the projection lock is held once
 BUSY_PAUSE_S = 0.2  # how long a backlog thread waits when another process holds the projection
@@ -35,16 +39,30 @@ def embed_backlog(
 ) -> SyncReport:
     """Embed every text of the store's projection still without a vector, `STEP` at a time, until
     none is left, the model fails or `stopping()`; returns the last step's report (its `pending`
-    counts what is left). `progress("embedding", done, total, report)` after each step. Raises
-    IndexBusy when another process holds the projection (what was embedded is kept)."""
+    counts what is left, its `embedded` every step's texts). `progress("embedding", done, total,
+    report)` after each step. Raises IndexBusy when another process holds a directory store's
+    projection (what was embedded is kept)."""
     done = 0
     while True:
-        report = refresh_vectors(paths, embedder, limit=STEP)
+        report = embed_waiting(paths, embedder, limit=STEP)
         done += report.embedded
         if progress is not None and (done or report.pending):
             progress("embedding", done, done + report.pending, report)
         if not report.pending or report.vector_failure == "embedding_execution_failed" or stopping():
+            report.embedded = done
             return report
+
+
+def catch_up(
+    paths: StorePaths, embedder: Embedder | None, *, progress: Progress | None = None, limit: int | None = None
+) -> SyncReport:
+    """`sync_store` of a PostgreSQL store: its projection moves with every write, so only vectors can be
+    behind; up to `limit` of the waiting texts (all without a limit) are embedded."""
+    if embedder is None:
+        return SyncReport()
+    if limit is not None:
+        return embed_waiting(paths, embedder, limit=limit)
+    return embed_backlog(paths, embedder, progress=progress)
 
 
 class Backlog:
@@ -64,11 +82,15 @@ class Backlog:
 
     def start(self, embedder: Embedder) -> None:
         """Embed the store's backlog in the background (nothing when a thread is at it already)."""
+        self.start_opening(lambda: (embedder, None))
+
+    def start_opening(self, open_model: Callable[[], tuple[Embedder | None, str | None]]) -> None:
+        """`start`, with the model opened by the thread (nothing to embed with when it is unavailable)."""
         with self._lock:
             if self._stop.is_set() or (self._thread is not None and self._thread.is_alive()):
                 return
             self._thread = threading.Thread(
-                target=self._run, args=(embedder,), name="stormbuffer-embedding-backlog", daemon=True
+                target=self._run, args=(open_model,), name="stormbuffer-embedding-backlog", daemon=True
             )
             self._thread.start()
 
@@ -80,8 +102,9 @@ class Backlog:
         if thread is not None:
             thread.join(timeout=5.0)
 
-    def _run(self, embedder: Embedder) -> None:
-        while not self._stop.is_set():
+    def _run(self, open_model: Callable[[], tuple[Embedder | None, str | None]]) -> None:
+        embedder, _reason = open_model()
+        while embedder is not None and not self._stop.is_set():
             try:
                 embed_backlog(self.paths, embedder, stopping=self._pause)
                 return

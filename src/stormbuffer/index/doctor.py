@@ -21,6 +21,7 @@ from ..core.atomic import TEMP_SUFFIX
 from ..core.codec import parse_markdown
 from ..core.errors import IndexUnavailable, NotInitialized, RecordError, StoreError, out_of_space
 from ..core.stores import StorePaths, record_scope
+from ..engines.projection import database_variable
 from . import projection as pj
 from . import vectors as vector_files
 from .sync import current_layout, scan_files
@@ -61,6 +62,7 @@ class Issue:
 class Diagnosis:
     index_path: Path
     semantic_model_ready: bool = False
+    database: str | None = None  # a PostgreSQL store: the variable naming its database (or `embedded`)
     issues: list[Issue] = field(default_factory=list)
 
     @property
@@ -98,6 +100,13 @@ def doctor_store(paths: StorePaths) -> Diagnosis:
     if not paths.is_initialized():
         issues.append(Issue("failure", "canonical", "the selected store is not initialized",
                             "run `sbuf init` (or `sbuf --project init`)"))  # fmt: skip
+        return diagnosis
+    try:
+        diagnosis.database = database_variable(paths)
+    except StoreError:
+        pass  # an unreadable store.toml: reported below as the directory's
+    if diagnosis.database is not None:
+        _check_database(paths, diagnosis)
         return diagnosis
     if not paths.records.is_dir():
         issues.append(Issue("failure", "canonical", "the canonical records directory is missing",
@@ -153,6 +162,13 @@ def repair_store(paths: StorePaths) -> RepairReport:
     if diagnosis.has("canonical", "failure"):
         return RepairReport(diagnosis, [])
     repaired: list[str] = []
+    if diagnosis.database is not None:
+        from ..engines.postgresql.upkeep import rebuild
+
+        if diagnosis.has("projection", "failure"):
+            rebuild(paths, Repository(paths).engine)
+            repaired.append("rebuilt the store's projection in its database")
+        return RepairReport(doctor_store(paths), repaired)
     with Repository(paths).locked():
         diagnosis = doctor_store(paths)
         if diagnosis.has("projection"):
@@ -163,6 +179,29 @@ def repair_store(paths: StorePaths) -> RepairReport:
             path.unlink(missing_ok=True)
             repaired.append(f"removed stale disposable metadata {_label(paths, path)}")
     return RepairReport(doctor_store(paths), repaired)
+
+
+def _check_database(paths: StorePaths, diagnosis: Diagnosis) -> None:
+    """A PostgreSQL store: its database (`engines.postgresql.upkeep.diagnose`) and the model."""
+    from ..engines.postgresql.upkeep import diagnose
+
+    assert diagnosis.database is not None
+    try:
+        scope = record_scope(paths)
+    except (StoreError, NotInitialized) as exc:
+        diagnosis.issues.append(Issue("failure", "canonical", f"canonical store metadata is invalid: {exc}",
+                                      f"repair store.toml, then run {sbuf(paths, 'doctor')}"))  # fmt: skip
+        return
+    repairs = {
+        "canonical": f"make the database usable (the message says how), then run {sbuf(paths, 'doctor')}",
+        "projection": run(paths, "doctor --repair"),
+    }
+    for problem in diagnose(diagnosis.database, scope):
+        diagnosis.issues.append(Issue(problem.severity, problem.kind, problem.message, repairs[problem.kind]))
+    model_problems = _model_problems(paths)
+    diagnosis.semantic_model_ready = not model_problems
+    if model_problems:
+        diagnosis.issues.append(Issue("warning", "model", MODEL_NOT_READY, REPAIR_MODEL))
 
 
 def _planned_index_path(paths: StorePaths) -> Path:

@@ -174,8 +174,8 @@ class _Synced:
 class StoreFreshness:
     """One store's watcher and the state of its last sync; `sync` skips the full check when it can."""
 
-    def __init__(self, paths: StorePaths, *, recheck_s: float = RECHECK_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(self, paths: StorePaths, *, recheck_s: float = RECHECK_S, clock: Callable[[], float] = time.monotonic,
+                 backlog: Backlog | None = None) -> None:  # fmt: skip
         self.paths = paths
         self._recheck_s = recheck_s
         self._clock = clock
@@ -187,7 +187,7 @@ class StoreFreshness:
         self.files = WatchedFiles(paths, recheck_s=recheck_s, clock=clock)
         self.write_connection = ProjectionConnection(paths)  # for writes, which hold the mutation lock
         self._read_connection = ProjectionConnection(paths)  # for checks, which hold `_lock`
-        self.backlog = Backlog(paths)
+        self.backlog = backlog or Backlog(paths)
         self._watch()
         self._stopping = threading.Event()
         threading.Thread(target=self._verify_in_background, name="stormbuffer-recheck", daemon=True).start()
@@ -328,19 +328,28 @@ class StoreFreshness:
 
 
 class FreshnessRegistry:
-    """The `StoreFreshness` of every store a long-running process reads, created on first use."""
+    """The `StoreFreshness` of every store a long-running process reads, created on first use, and the
+    `Backlog` thread of every store, whichever its engine (a PostgreSQL store needs no freshness: its
+    projection moves with every write)."""
 
     def __init__(self, *, recheck_s: float = RECHECK_S) -> None:
         self._recheck_s = recheck_s
         self._stores: dict[StorePaths, StoreFreshness] = {}
+        self._backlogs: dict[StorePaths, Backlog] = {}
         self._lock = threading.Lock()
 
     def store(self, paths: StorePaths) -> StoreFreshness:
         with self._lock:
             found = self._stores.get(paths)
             if found is None:
-                found = self._stores[paths] = StoreFreshness(paths, recheck_s=self._recheck_s)
+                backlog = self._backlogs.setdefault(paths, Backlog(paths))
+                found = self._stores[paths] = StoreFreshness(paths, recheck_s=self._recheck_s, backlog=backlog)
             return found
+
+    def backlog(self, paths: StorePaths) -> Backlog:
+        """The store's background embedding."""
+        with self._lock:
+            return self._backlogs.setdefault(paths, Backlog(paths))
 
     def sync(self, paths: StorePaths, embedder: Embedder | None) -> SyncReport | None:
         """`sync_store` unless the store is known to be current (None then)."""
@@ -349,8 +358,8 @@ class FreshnessRegistry:
     def embedding(self) -> bool:
         """Whether a store's backlog is being embedded in the background now."""
         with self._lock:
-            stores = list(self._stores.values())
-        return any(store.backlog.running for store in stores)
+            backlogs = list(self._backlogs.values())
+        return any(backlog.running for backlog in backlogs)
 
     def changed(self, paths: StorePaths) -> None:
         """This process wrote records of `paths`."""
@@ -363,8 +372,11 @@ class FreshnessRegistry:
         """Stop every watcher."""
         with self._lock:
             stores, self._stores = list(self._stores.values()), {}
+            backlogs, self._backlogs = list(self._backlogs.values()), {}
         for store in stores:
             store.close()
+        for backlog in backlogs:
+            backlog.close()
 
 
 def shared_file_system(directory: Path, mounts: Path | None = None) -> bool:

@@ -6,6 +6,11 @@ place: a projection not yet in incremental auto-vacuum mode is switched to it by
 ones by `incremental_vacuum`; then the write-ahead log is checkpointed and truncated. Both are
 writes in WAL mode: readers keep reading their snapshot meanwhile, never blocked.
 
+A PostgreSQL store's projection is in its database: gc vacuums the projection's tables there (readers
+and writers go on meanwhile) and reports the row versions it found dead and the bytes the tables
+shrank by; with `include_index` it first rebuilds the store's projection from its records. A SQLite
+projection left in such a store's directory is unused and always removed.
+
 Never touches `store.toml`, `.gitignore`, record files, the mutation lock, the projection lock or
 the recovery journals. The projection and the vector files it uses are kept unless asked for
 (`include_index`): removing them makes the next search rebuild the index and embed every record
@@ -19,12 +24,16 @@ import os
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import IndexUnavailable
 from ..core.stores import StorePaths
 from . import projection as pj
 from . import vectors as vector_files
-from .sync import projection_lock
+from .sync import SyncReport, projection_lock
+
+if TYPE_CHECKING:
+    from ..engines.postgresql.upkeep import Compacted
 
 KEPT_NAMES = ("mutation.lock", "supersede.toml", "import.toml")
 
@@ -35,6 +44,8 @@ class GcReport:
     candidates: list[tuple[str, int]] = field(default_factory=list)  # (label, bytes), sorted by label
     removed: int = 0
     free_pages: int = 0  # bytes of the projection's free pages (given back unless dry_run)
+    database: Compacted | None = None  # a PostgreSQL store: its projection's tables vacuumed
+    rebuilt: SyncReport | None = None  # a PostgreSQL store with `include_index`: its projection rebuilt
 
     @property
     def reclaimed_bytes(self) -> int:
@@ -44,35 +55,49 @@ class GcReport:
 def gc_store(
     paths: StorePaths, *, dry_run: bool, include_index: bool = False, include_models: bool = False
 ) -> GcReport:
-    """List (and unless `dry_run`, delete) disposable files, holding the mutation and projection locks."""
+    """List (and unless `dry_run`, delete) disposable files, holding the mutation and projection locks; for
+    a PostgreSQL store, then rebuild (`include_index`) and vacuum its projection in the database."""
     from ..core.repository import Repository
+    from ..engines.projection import database_variable
 
     report = GcReport(dry_run)
+    repository = Repository(paths)
+    database = database_variable(paths)
+    local_index = include_index or database is not None  # a PostgreSQL store uses no SQLite projection
     with ExitStack() as locks:
-        locks.enter_context(Repository(paths).locked())
+        locks.enter_context(repository.locked())
         locks.enter_context(projection_lock(paths))
         if include_models:
             from ..embedding.cache import models_lock
 
             locks.enter_context(models_lock(paths.cache_dir, shared=False))
-        found = _candidates(paths, include_index, include_models)
+        found = _candidates(paths, local_index, include_models)
         report.candidates = sorted((label, _size(path)) for label, path in found.items())
         index_path = pj.existing_index_path(paths)
-        if index_path is not None and not include_index:
+        if index_path is not None and not local_index:
             report.free_pages = _free_bytes(index_path)
         if not dry_run:
             for label, _size_bytes in report.candidates:
                 found[label].unlink(missing_ok=True)
                 report.removed += 1
-            if index_path is not None and not include_index:
+            if index_path is not None and not local_index:
                 pj.give_back_space_of(index_path, thorough=True)
+    if database is not None:
+        from ..engines.postgresql.upkeep import compact, rebuild
+
+        if include_index and not dry_run:
+            report.rebuilt = rebuild(paths, repository.engine)
+        report.database = compact(database, dry_run=dry_run)
     return report
 
 
 def reclaimable_bytes(paths: StorePaths) -> int:
     """What `gc_store` (without the projection itself or the models) would give back now; read only."""
-    index_path = pj.existing_index_path(paths)
-    found = _candidates(paths, include_index=False, include_models=False)
+    from ..engines.projection import database_variable
+
+    unused = database_variable(paths) is not None  # a PostgreSQL store's SQLite projection: all of it
+    index_path = None if unused else pj.existing_index_path(paths)
+    found = _candidates(paths, include_index=unused, include_models=False)
     return sum(map(_size, found.values())) + (_free_bytes(index_path) if index_path is not None else 0)
 
 

@@ -167,8 +167,14 @@ def sync_store(
 
     Invalid files are reported (and their rows removed), never modified. Raises IndexBusy when
     another writer holds the projection, StoreError for an unusable store, IndexUnavailable when
-    the projection cannot be created.
+    the projection cannot be created. A PostgreSQL store only gets its waiting vectors (`backlog.catch_up`).
     """
+    from ..engines.projection import database_variable
+
+    if database_variable(paths) is not None:
+        from .backlog import catch_up
+
+        return catch_up(paths, embedder, progress=progress, limit=embed_limit)
     scope = record_scope(paths)
     with projection_lock(paths):
         return sync_scanned(paths, scope, scan_files(paths), embedder, progress=progress, embed_limit=embed_limit)
@@ -228,7 +234,14 @@ def reindex_store(
 
     Vectors of unchanged embedding texts are carried over from the live projection when it is
     readable and was made with the same model. On failure the live projection stays as it was.
+    A PostgreSQL store's projection is rebuilt in its database (`engines.postgresql.upkeep.reindex`).
     """
+    from ..engines.projection import database_variable
+
+    if database_variable(paths) is not None:
+        from ..engines.postgresql.upkeep import reindex
+
+        return reindex(paths, embedder, progress)
     scope = record_scope(paths)
     with projection_lock(paths):
         files = scan_files(paths)

@@ -52,8 +52,8 @@ def handle(operation: str, request: bytes | Mapping[str, Any], session: Session)
         error = from_core(exc)
         return failure(operation, error.code, error.message)
     finally:
-        if operation in _WRITES and session.freshness is not None:  # reads see this write at once
-            session.freshness.changed(session.selected)
+        if operation in _WRITES:
+            session.written()
 
 
 def encode(envelope: Mapping[str, Any]) -> str:

@@ -36,6 +36,18 @@ class Session:
         freshness = self.freshness.store(self.selected) if self.freshness is not None else None
         return Repository(self.selected, lock_wait=self.lock_wait, freshness=freshness)
 
+    def written(self) -> None:
+        """A write went through this session. In a long-running process reads see it at once, and a
+        PostgreSQL store's backlog thread embeds the chunks it left waiting for vectors (a directory
+        store's next read starts its own, as that read syncs the projection)."""
+        from stormbuffer.engines.projection import database_variable
+
+        if self.freshness is None:
+            return
+        self.freshness.changed(self.selected)
+        if database_variable(self.selected) is not None:
+            self.freshness.backlog(self.selected).start_opening(self.embedder.get)
+
 
 class NoEmbedder:
     """A slot without a model: retrieval stays lexical and says why."""

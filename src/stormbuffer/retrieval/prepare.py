@@ -5,7 +5,8 @@ model, in the order that suits the caller:
 
 - a long-running process (a freshness registry given) opens the model and syncs only the stores
   that may have changed since their last sync; a store with more than `READ_EMBED_LIMIT` texts to
-  embed gets that many embedded and its backlog thread does the rest (`index/backlog.py`);
+  embed gets none embedded and its backlog thread embeds them (`index/backlog.py`), whichever its
+  engine (a PostgreSQL store is never synced: its projection moves with every write);
 - any other process syncs the records first (a one-shot process may still be opening the model in
   a child meanwhile), then opens the model and refreshes only the vectors of the stores whose
   vectors are not current. With `bounded` (the default: a one-shot read must answer within an
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
 from ..core.stores import StorePaths
-from ..engines.projection import database_variable
+from ..engines.projection import database_variable, embed_waiting
 from ..index.sync import READ_EMBED_LIMIT, refresh_vectors, sync_store, vectors_current
 
 if TYPE_CHECKING:
@@ -69,7 +70,10 @@ def ready_for_retrieval(
         embedder, reason = open_model() if open_model is not None else (None, None)
         if embedder is not None:
             model, limit = embedder, READ_EMBED_LIMIT if bounded else None
-            _each(ready, in_database, lambda paths: fill_store_vectors(paths, model, limit))
+            if freshness is not None:
+                _each(ready, in_database, lambda paths: _embed_deferred(paths, model, freshness))
+            else:
+                _each(ready, in_database, lambda paths: embed_waiting(paths, model, limit=limit))
         if not stores:
             ready.embedder, ready.fallback = embedder, ready.fallback or reason
             return ready
@@ -93,19 +97,15 @@ def ready_for_retrieval(
     return ready
 
 
-def fill_store_vectors(paths: StorePaths, embedder: Embedder, limit: int | None) -> None:
-    """Embed up to `limit` of a PostgreSQL store's waiting chunks (all without a limit); the HNSW index is
-    built when these vectors bring the database past its threshold."""
-    from ..core.stores import read_config
-    from ..embedding.constants import DIMENSION
-    from ..engines.postgresql.database import connection
-    from ..engines.postgresql.projecting import ensure_vector_index, fill_vectors
+def _embed_deferred(paths: StorePaths, embedder: Embedder, freshness: FreshnessRegistry) -> SyncReport:
+    """A long-running process's read of a PostgreSQL store: up to `READ_EMBED_LIMIT` waiting texts are
+    embedded now; more are all left to the store's backlog thread, started here."""
+    from ..engines.postgresql.projecting import embed_store
 
-    variable = database_variable(paths)
-    assert variable is not None
-    with connection(variable) as conn:
-        if fill_vectors(conn, read_config(paths).record_scope, embedder, dimension=DIMENSION, limit=limit):
-            ensure_vector_index(conn)
+    report = embed_store(paths, embedder, limit=READ_EMBED_LIMIT, defer=True)
+    if report.pending:
+        freshness.backlog(paths).start(embedder)
+    return report
 
 
 def _sync(

@@ -198,3 +198,6 @@ class DirectoryStore:
 
     def write_all(self, writes: Sequence[FileWrite], progress: Progress | None) -> None:
         staging.commit(self.paths, writes, progress)
+
+    def erase(self) -> None:
+        """Nothing: the records are files in the store's directory, which goes with them."""

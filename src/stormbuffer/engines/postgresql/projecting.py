@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from ...core.records import Record
-    from ...index.sync import Embedder
+    from ...core.stores import StorePaths
+    from ...index.sync import Embedder, SyncReport
 
 HNSW_FROM = 5_000  # vectors from which an HNSW index answers instead of an exact scan (docs/postgresql.md)
 HNSW_M = 16
@@ -104,11 +105,13 @@ def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimens
         _count(conn, found, store, -int(gone[0]), -int(gone[1]))
 
 
-def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension: int, limit: int | None = None) -> int:
+def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension: int, limit: int | None = None,
+                 defer: bool = False) -> tuple[int, int]:  # fmt: skip
     """Embed up to `limit` of the store's chunks that have no vector yet (every chunk again when another
-    model made the others), in the caller's transaction; returns how many. Rows another process is
-    embedding at the same moment are skipped, not waited for."""
-    from sqlalchemy import bindparam, select, update
+    model made the others), in the caller's transaction. With `defer`, more than `limit` waiting are all
+    left (for a background thread). Returns how many were embedded and how many still wait (0 when none
+    is left; rows another process is embedding at the same moment are skipped, not waited for)."""
+    from sqlalchemy import bindparam, func, select, update
 
     from ...index import projection as pj
     from ...index.chunking import VECTOR_CHUNKS
@@ -121,17 +124,51 @@ def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension:
         if made_by is not None:
             conn.execute(update(found.chunks).where(c.store == store).values(embedding=None, sentence_vectors=None))
         _set(conn, found, store, VECTOR_MODEL, identity)
-    waiting = (select(c.id, c.embed_text, c.text).where(c.store == store, c.embedding.is_(None),
-               c.ordinal < VECTOR_CHUNKS).order_by(c.id).limit(limit).with_for_update(skip_locked=True))  # fmt: skip
+    without = (c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
+    waiting = (select(c.id, c.embed_text, c.text).where(*without).order_by(c.id)
+               .limit(None if limit is None else limit + 1).with_for_update(skip_locked=True))  # fmt: skip
     rows = conn.execute(waiting).all()
+    more = limit is not None and len(rows) > limit
+
+    def left() -> int:  # counted only when there are more than `limit`
+        return int(conn.execute(select(func.count()).where(*without)).scalar() or 0) if more else 0
+
+    if more and defer:
+        return 0, left()
+    rows = rows[:limit]
     if not rows:
-        return 0
+        return 0, 0
     matrix, sentences = _chunk_vectors(embedder, [(embed_text, text) for _id, embed_text, text in rows])
     conn.execute(update(found.chunks).where(c.id == bindparam("chunk")).values(
         embedding=bindparam("vector"), sentence_vectors=bindparam("sentences")), [
         {"chunk": row[0], "vector": vector, "sentences": blob} for row, vector, blob in zip(rows, matrix, sentences,
                                                                                            strict=True)])  # fmt: skip
-    return len(rows)
+    return len(rows), left()
+
+
+def embed_store(paths: StorePaths, embedder: Embedder, *, limit: int | None = None,
+                defer: bool = False) -> SyncReport:  # fmt: skip
+    """`fill_vectors` for the PostgreSQL store at `paths`, in a transaction of its own, as a `SyncReport`
+    (`embedded`, `pending`; `vector_projection_incomplete` when texts are left). The HNSW index is built
+    when these vectors bring the database past its threshold."""
+    from ...core.stores import read_config
+    from ...embedding.constants import DIMENSION
+    from ...embedding.errors import EmbeddingFailed
+    from ...index.sync import SyncReport
+    from .database import connection
+
+    config = read_config(paths)
+    assert config.database is not None
+    try:
+        with connection(config.database) as conn:
+            embedded, pending = fill_vectors(conn, config.record_scope, embedder, dimension=DIMENSION, limit=limit,
+                                             defer=defer)  # fmt: skip
+            if embedded:
+                ensure_vector_index(conn)
+    except (ValueError, EmbeddingFailed):  # the model failed: nothing of this step is kept
+        return SyncReport(vector_failure="embedding_execution_failed")
+    return SyncReport(embedded=embedded, pending=pending,
+                      vector_failure="vector_projection_incomplete" if pending else None)  # fmt: skip
 
 
 def ensure_vector_index(conn: Connection, *, at_least: int = HNSW_FROM) -> bool:

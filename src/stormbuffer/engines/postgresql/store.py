@@ -148,11 +148,22 @@ class PostgreSQLStore:
             yield transaction
             transaction.project()
 
+    @property
+    def held(self) -> Connection:
+        """The connection of the transaction `locked()` holds."""
+        if self._held is None:
+            raise RuntimeError("this needs locked()")
+        return self._held
+
+    def erase(self) -> None:
+        """Every row of this store, in every table keyed by it, deleted in the transaction `locked()` holds."""
+        from .upkeep import erase
+
+        erase(self.held, self.scope)
+
     def write_all(self, writes: Sequence[FileWrite], progress: Progress | None) -> None:
         """Every row in the transaction `locked()` holds: all of them commit with it, or none."""
-        if self._held is None:
-            raise RuntimeError("write_all needs locked()")
-        transaction = PostgreSQLTransaction(self, self._held)
+        transaction = PostgreSQLTransaction(self, self.held)
         for done, write in enumerate(writes, 1):
             location = write.path.relative_to(self.paths.root).as_posix()
             record = parse_markdown(write.data, write.path.name)
