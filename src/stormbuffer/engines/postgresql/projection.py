@@ -6,6 +6,9 @@ ranks, so BM25 is computed by the same code as for a directory store. Vectors ar
 database: exactly (ordered by cosine distance, then chunk id, which no index can serve) until an
 HNSW index exists (`projecting.ensure_vector_index`), then through it with pgvector's iterative scan,
 so that filters on scopes, status, access and kind still leave enough rows.
+
+Each chunk row comes with its vector and its sentences' vectors, and the vector search returns the rows
+of the chunks it finds: a hybrid recall takes four statements (docs/postgresql.md).
 """
 
 from __future__ import annotations
