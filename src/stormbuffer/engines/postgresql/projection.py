@@ -221,13 +221,14 @@ class PgVectorSearch:
                 near = base.order_by(distance).limit(take).cte("near")
             else:
                 near = base.order_by(distance, c.id).limit(take).cte("near")
-            best = (select(near).ext(distinct_on(near.c.record_id))
-                    .order_by(near.c.record_id, near.c.distance, near.c.id).subquery("best"))  # fmt: skip
+            each = (select(near).ext(distinct_on(near.c.record_id))
+                    .order_by(near.c.record_id, near.c.distance, near.c.id).subquery("each"))  # fmt: skip
+            best = select(each).order_by(each.c.distance, each.c.id).limit(records).subquery("best")
             statement = (select(*_row_columns(projection.found), best.c.distance,
                                 select(func.count()).select_from(near).scalar_subquery())
                          .select_from(best).join(chunks, c.id == best.c.id)
                          .join(records_table, (records_table.c.store == c.store) & (records_table.c.id == c.record_id))
-                         .order_by(best.c.distance, best.c.id).limit(records))  # fmt: skip
+                         .order_by(best.c.distance, best.c.id))  # only the rows kept are joined  # fmt: skip
             found = projection.rows(statement)
             if len(found) >= records or not found or found[0][-1] < take:
                 rows = projection.keep(found)
