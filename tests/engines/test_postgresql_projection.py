@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -20,7 +21,13 @@ from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine_projection
 from stormbuffer.engines.postgresql import projection as pg
 from stormbuffer.engines.postgresql import tables
-from stormbuffer.engines.postgresql.projecting import ensure_vector_index, project, refresh_statistics, unproject
+from stormbuffer.engines.postgresql.projecting import (
+    ensure_vector_index,
+    fill_vectors,
+    project,
+    refresh_statistics,
+    unproject,
+)
 from stormbuffer.index import projection as pj
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval.hits import SearchOptions
@@ -191,3 +198,81 @@ def test_past_its_threshold_the_hnsw_index_answers_as_exact_search_does(loaded: 
         indexed = rank_projections([partial(through_the_index, loaded)], query, options, embedder=loaded.embedder)
         scanned = rank_projections([exact], query, options, embedder=loaded.embedder)
         assert [hit.record_id for hit in indexed.hits] == [hit.record_id for hit in scanned.hits]
+
+
+def plan_of(projection: pg.PostgresProjection, statement: Any) -> str:
+    """The plan of a SQLAlchemy statement in this reading (its values inlined)."""
+    sql = statement.compile(dialect=projection.conn.dialect, compile_kwargs={"literal_binds": True})
+    return " ".join(line for (line,) in projection.rows(text(f"EXPLAIN {sql}")))
+
+
+def test_postings_are_read_from_their_covering_key_and_an_older_key_is_rebuilt(loaded: Loaded) -> None:
+    postings = "stormbuffer.projection_postings"
+    covered = text(f"SELECT indnatts > indnkeyatts FROM pg_index WHERE indrelid = '{postings}'::regclass "
+                   "AND indisprimary")  # fmt: skip
+    dimension = loaded.embedder.dimension
+    with loaded.engine.begin() as conn:
+        assert conn.execute(covered).scalar() is True
+        conn.execute(text(f"ALTER TABLE {postings} DROP CONSTRAINT projection_postings_pkey, "
+                          "ADD CONSTRAINT projection_postings_pkey PRIMARY KEY (store, term, chunk)"))  # fmt: skip
+        assert conn.execute(covered).scalar() is False  # a database made before the key covered the counts
+        tables.create(conn, dimension)
+        assert conn.execute(covered).scalar() is True
+    with loaded.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"VACUUM {postings}"))  # marks pages all-visible, as autovacuum does after a load
+    scope = record_scope(loaded.paths)
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        projection.rows(text("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"))  # a small table
+        table = projection.found.postings
+        packed = pg._packed_entries(table, (table.c.store == scope) & (table.c.term == "releas"))
+        assert "Index Only Scan using projection_postings_pkey" in plan_of(projection, packed)
+    sqlite, postgres = both(loaded, "deploy release build", SearchOptions(limit=10, mode="lexical"))
+    assert sqlite.hits
+    assert_same(sqlite, postgres)
+
+
+def test_chunks_waiting_for_a_vector_are_counted_from_their_own_index(loaded: Loaded) -> None:
+    scope = record_scope(loaded.paths)
+    dimension = loaded.embedder.dimension
+    record = write_record(loaded.paths, "Waiting", "## One\n\nNot embedded yet.\n\n## Two\n\nNor this one.")
+    with loaded.engine.begin() as conn:
+        written = project(conn, scope, [(f"records/{record.id}.md", record)], dimension=dimension,
+                          count_tokens=loaded.embedder.token_count)  # fmt: skip
+    assert written >= 2
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        assert projection.settings[pj.VECTOR_PENDING] == str(written)
+        projection.rows(text("SET LOCAL enable_seqscan = off"))
+        assert "projection_chunks_waiting" in plan_of(projection, pg._opening(projection.found, scope, False))
+    with loaded.engine.begin() as conn:
+        assert fill_vectors(conn, scope, loaded.embedder, dimension=dimension) == written
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        assert projection.settings[pj.VECTOR_PENDING] == "0"
+
+
+def test_similarities_and_sentences_agree_whether_read_with_the_rows_or_asked_for(loaded: Loaded) -> None:
+    scope = record_scope(loaded.paths)
+    dimension = loaded.embedder.dimension
+    query = loaded.embedder.embed(["restoring the staging database"])[0]
+    options = effective_options([loaded.paths], SearchOptions(limit=10))
+    record = write_record(loaded.paths, "Restores", " ".join(TOPICS[:4]))  # fmt: skip
+    with loaded.engine.begin() as conn:  # a chunk of several sentences: it has sentence vectors
+        project(conn, scope, [(f"records/{record.id}.md", record)], dimension=dimension,
+                count_tokens=loaded.embedder.token_count, embedder=loaded.embedder)  # fmt: skip
+    reading = partial(pg.reading, loaded.engine, scope, loaded.paths.root, dimension=dimension)
+    with reading() as projection:  # nothing read yet: each answer comes from a statement
+        search = projection.vector_search(loaded.embedder)
+        assert search is not None
+        chunks = sorted(int(chunk) for (chunk,) in projection.rows(text(
+            "SELECT c.id FROM stormbuffer.projection_chunks AS c JOIN stormbuffer.projection_records AS r "
+            "ON r.store = c.store AND r.id = c.record_id WHERE r.status = 'active' "
+            "ORDER BY c.sentence_vectors IS NULL, c.id LIMIT 12")))  # those with sentences first  # fmt: skip
+        asked, asked_blobs = search.similarities(query, chunks), projection.sentence_blobs(chunks)
+    with reading() as projection:  # the rows read first: the answers come with them
+        search = projection.vector_search(loaded.embedder)
+        assert search is not None
+        assert {row[0] for row in projection.chunk_rows(chunks, options)} == set(chunks)
+        assert projection.vectors.keys() == set(chunks)
+        read, read_blobs = search.similarities(query, chunks), projection.sentence_blobs(chunks)
+    assert asked[0] == read[0] == chunks
+    assert asked[1] == read[1]
+    assert asked_blobs == read_blobs and asked_blobs

@@ -13,7 +13,8 @@ on (a read that embedded waiting chunks calls it).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...index import postings
@@ -79,15 +80,24 @@ def project(conn: Connection, store: str, items: Sequence[tuple[str, Record]], *
                 values[at]["embedding"], values[at]["sentence_vectors"] = vector, blob
             _set(conn, found, store, VECTOR_MODEL, pj.model_identity(embedder))
     ids = conn.execute(insert(found.chunks).returning(found.chunks.c.id, sort_by_parameter_order=True), values)
-    entries: list[dict[str, Any]] = []
-    for chunk_id, (counts, length) in zip(ids.scalars(), weighted, strict=True):
-        stored = min(length, postings.MAX_COUNT)
-        entries.extend({"store": store, "term": term, "chunk": chunk_id, "count": min(count, postings.MAX_COUNT),
-                        "length": stored} for term, count in counts.items())  # fmt: skip
-    if entries:
-        conn.execute(insert(found.postings), entries)
+    _copy_postings(conn, found, store, zip(ids.scalars(), weighted, strict=True))
     _count(conn, found, store, len(rows), sum(length for _counts, length in weighted))
     return len(rows)
+
+
+def _copy_postings(conn: Connection, found: Tables, store: str,
+                   chunks: Iterable[tuple[int, tuple[Counter[str], int]]]) -> None:  # fmt: skip
+    """Write the postings rows of these (chunk id, (weighted term counts, weighted length)) with COPY:
+    one stream, not a row of parameters per posting (a record of a few chunks has hundreds of them)."""
+    table = found.postings
+    columns = ", ".join(column.name for column in table.columns)
+    driver = conn.connection.driver_connection  # the psycopg connection of this transaction
+    assert driver is not None
+    with driver.cursor() as cursor, cursor.copy(f"COPY {SCHEMA}.{table.name} ({columns}) FROM STDIN") as copy:
+        for chunk_id, (counts, length) in chunks:
+            stored = min(length, postings.MAX_COUNT)
+            for term, count in counts.items():
+                copy.write_row((store, term, chunk_id, min(count, postings.MAX_COUNT), stored))
 
 
 def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimension: int) -> None:

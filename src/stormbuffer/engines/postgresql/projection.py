@@ -6,6 +6,9 @@ ranks, so BM25 is computed by the same code as for a directory store. Vectors ar
 database: exactly (ordered by cosine distance, then chunk id, which no index can serve) until an
 HNSW index exists (`projecting.ensure_vector_index`), then through it with pgvector's iterative scan,
 so that filters on scopes, status, access and kind still leave enough rows.
+
+Each chunk row comes with its vector and its sentences' vectors, and the vector search returns the rows
+of the chunks it finds: a hybrid recall takes four statements (docs/postgresql.md).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
     from ...retrieval.hits import SearchOptions
 
 MAX_EF_SEARCH = 1000  # pgvector's bound on hnsw.ef_search
+# PostgreSQL's default of 4 prices a random page read as a disk seek: with it the planner joins a
+# recall's few chunks to their records by hashing every record (1.1 ms at 2,000 records) rather than
+# looking each one up (0.2 ms). The projection a recall reads is cached; 1.1 is the usual SSD setting.
+RANDOM_PAGE_COST = 1.1
 
 
 @contextmanager
@@ -57,7 +64,7 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
         with conn.begin():
-            kept, chunks, terms, pending, indexed = conn.execute(_opening(found, store, exact)).one()
+            kept, chunks, terms, pending, indexed, _cost = conn.execute(_opening(found, store, exact)).one()
             settings = dict(kept or {})
             settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
             if VECTOR_MODEL in settings:
@@ -67,7 +74,8 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
 
 def _opening(found: Tables, store: str, exact: bool) -> Any:
     """What a reader needs first, in one statement: the store's settings (a JSON object), its BM25
-    statistics, how many chunks wait for a vector, and whether the HNSW index answers."""
+    statistics, how many chunks wait for a vector, and whether the HNSW index answers. It also prices
+    random page reads as the cached projection costs them (`RANDOM_PAGE_COST`), for this transaction."""
     from sqlalchemy import func, literal, null, select
 
     from ...index.chunking import VECTOR_CHUNKS
@@ -80,6 +88,7 @@ def _opening(found: Tables, store: str, exact: bool) -> Any:
         select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
         .scalar_subquery(),
         null() if exact else func.to_regclass(literal(f"{SCHEMA}.{HNSW_INDEX}")),
+        func.set_config("random_page_cost", str(RANDOM_PAGE_COST), True),
     )  # fmt: skip
 
 
@@ -95,6 +104,11 @@ class PostgresProjection:
     found: Tables
     indexed: bool
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # chunk id → (vector as `vector_send` gives it, sentence vectors), read with the chunk's row: the
+    # similarities and sentences of chunks already loaded cost no further statement
+    vectors: dict[int, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    # the options of the last vector search and the rows of the chunks it found, read in the same statement
+    nearest_rows: tuple[SearchOptions | None, dict[int, ChunkRow]] = (None, {})
 
     @property
     def terms(self) -> PostgresTerms:
@@ -109,35 +123,38 @@ class PostgresProjection:
     def chunk_rows(self, chunk_ids: Sequence[int], options: SearchOptions) -> Iterable[ChunkRow]:
         from sqlalchemy import select
 
-        c, r = self.found.chunks.c, self.found.records.c
-        statement = select(
-            c.id,
-            c.record_id,
-            c.ordinal,
-            c.text,
-            r.title,
-            r.kind,
-            r.scope,
-            r.status,
-            r.access,
-            r.path,
-            r.aliases,
-            r.sources,
-            r.created_at,
-        ).join_from(self.found.chunks, self.found.records)
-        statement = _filtered(statement.where(c.id == _any(chunk_ids)), r, options)  # fmt: skip
-        return self.rows(statement)
+        near, read = self.nearest_rows
+        if near == options and all(chunk in read for chunk in chunk_ids):  # the vector search read them
+            return [read[chunk] for chunk in chunk_ids]
+        r = self.found.records.c
+        statement = select(*_row_columns(self.found)).join_from(self.found.chunks, self.found.records)
+        statement = _filtered(statement.where(self.found.chunks.c.id == _any(chunk_ids)), r, options)
+        return self.keep(self.rows(statement))
+
+    def keep(self, rows: Iterable[Any]) -> list[ChunkRow]:
+        """The `ChunkRow`s of rows of `_row_columns` (and more after them), keeping their vectors."""
+        kept = []
+        for row in rows:
+            self.vectors[row[0]] = (row[13], row[14])
+            kept.append(tuple(row[:13]))
+        return kept
 
     def sentence_blobs(self, chunks: Iterable[int]) -> dict[int, bytes]:
         from sqlalchemy import select
 
-        wanted = list(chunks)
-        if not wanted:
-            return {}
-        c = self.found.chunks.c
-        statement = select(c.id, c.sentence_vectors).where(c.id == _any(wanted), c.sentence_vectors.is_not(None),
-                                                            c.store == self.store)  # fmt: skip
-        return {chunk: bytes(blob) for chunk, blob in self.rows(statement)}
+        found: dict[int, bytes] = {}
+        missing = []
+        for chunk in chunks:
+            if chunk not in self.vectors:
+                missing.append(chunk)
+            elif (blob := self.vectors[chunk][1]) is not None:
+                found[chunk] = bytes(blob)
+        if missing:
+            c = self.found.chunks.c
+            statement = select(c.id, c.sentence_vectors).where(c.id == _any(missing), c.sentence_vectors.is_not(None),
+                                                                c.store == self.store)  # fmt: skip
+            found.update((chunk, bytes(blob)) for chunk, blob in self.rows(statement))
+        return found
 
     def vector_search(self, embedder: Embedder) -> PgVectorSearch | None:
         if self.settings.get(VECTOR_MODEL) != pj.model_identity(embedder):
@@ -183,44 +200,69 @@ class PgVectorSearch:
     projection: PostgresProjection
 
     def nearest(self, query_vector: np.ndarray, options: SearchOptions, records: int) -> Nearest:
-        from sqlalchemy import select, text
+        """In one statement: the `take` nearest chunks (exactly, or through the index and then ordered
+        exactly), the nearest of each record among them, and the rows of the best `records` of those
+        (kept for `chunk_rows`); `take` grows while fewer records than wanted come of it."""
+        from sqlalchemy import func, select, text
+        from sqlalchemy.dialects.postgresql import distinct_on
 
         projection = self.projection
-        c, r = projection.found.chunks.c, projection.found.records.c
+        chunks, records_table = projection.found.chunks, projection.found.records
+        c = chunks.c
         distance = c.embedding.cosine_distance(query_vector).label("distance")
-        base = _filtered(select(c.id, c.record_id, distance).join_from(projection.found.chunks,
-                         projection.found.records).where(c.store == projection.store, c.embedding.is_not(None)), r,
+        base = _filtered(select(c.id, c.record_id, distance).join_from(chunks, records_table)
+                         .where(c.store == projection.store, c.embedding.is_not(None)), records_table.c,
                          options)  # fmt: skip
         take = records * 4
         while True:
             if projection.indexed:
-                projection.rows(text(f"SET LOCAL hnsw.ef_search = {max(40, min(MAX_EF_SEARCH, take))}"))
-                projection.rows(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-                found = projection.rows(base.order_by(distance).limit(take))
-                found.sort(key=lambda row: (row[2], row[0]))
+                projection.rows(text(f"SET LOCAL hnsw.ef_search = {max(40, min(MAX_EF_SEARCH, take))}; "
+                                     "SET LOCAL hnsw.iterative_scan = relaxed_order"))  # one round trip  # fmt: skip
+                near = base.order_by(distance).limit(take).cte("near")
             else:
-                found = projection.rows(base.order_by(distance, c.id).limit(take))
-            chunks: list[int] = []
-            similarities: list[float] = []
-            seen: set[str] = set()
-            for chunk, record, away in found:
-                if record not in seen and len(seen) < records:
-                    seen.add(record)
-                    chunks.append(int(chunk))
-                    similarities.append(1.0 - float(away))
-            if len(seen) >= records or len(found) < take:
-                return Nearest(chunks, similarities)
+                near = base.order_by(distance, c.id).limit(take).cte("near")
+            each = (select(near).ext(distinct_on(near.c.record_id))
+                    .order_by(near.c.record_id, near.c.distance, near.c.id).subquery("each"))  # fmt: skip
+            best = select(each).order_by(each.c.distance, each.c.id).limit(records).subquery("best")
+            statement = (select(*_row_columns(projection.found), best.c.distance,
+                                select(func.count()).select_from(near).scalar_subquery())
+                         .select_from(best).join(chunks, c.id == best.c.id)
+                         .join(records_table, (records_table.c.store == c.store) & (records_table.c.id == c.record_id))
+                         .order_by(best.c.distance, best.c.id))  # only the rows kept are joined  # fmt: skip
+            found = projection.rows(statement)
+            if len(found) >= records or not found or found[0][-1] < take:
+                rows = projection.keep(found)
+                projection.nearest_rows = (options, {row[0]: row for row in rows})
+                return Nearest([row[0] for row in rows], [1.0 - float(row[-2]) for row in found])
             take *= 4
 
     def similarities(self, query_vector: np.ndarray, chunks: Sequence[int]) -> tuple[list[int], list[float]]:
-        from sqlalchemy import select
+        import numpy as np
+        from sqlalchemy import LargeBinary, func, select
 
-        c = self.projection.found.chunks.c
-        statement = (select(c.id, c.embedding.cosine_distance(query_vector))
-                     .where(c.store == self.projection.store, c.id == _any(chunks), c.embedding.is_not(None))
-                     .order_by(c.id))  # fmt: skip
-        rows = self.projection.rows(statement)
-        return [int(chunk) for chunk, _away in rows], [1.0 - float(away) for _chunk, away in rows]
+        projection = self.projection
+        if all(chunk in projection.vectors for chunk in chunks):  # loaded with their rows: no statement
+            read = [(chunk, vector) for chunk in chunks if (vector := projection.vectors[chunk][0]) is not None]
+        else:
+            c = projection.found.chunks.c
+            statement = (select(c.id, func.vector_send(c.embedding, type_=LargeBinary))
+                         .where(c.store == projection.store, c.id == _any(chunks), c.embedding.is_not(None))
+                         .order_by(c.id))  # fmt: skip
+            read = [(int(chunk), vector) for chunk, vector in projection.rows(statement)]
+        if not read:
+            return [], []
+        matrix = np.frombuffer(b"".join(vector[_VECTOR_HEADER:] for _chunk, vector in read), dtype=">f4")
+        matrix = matrix.reshape(len(read), -1).astype("<f4")  # the float32 product a directory store computes
+        return [chunk for chunk, _vector in read], np.einsum("ij,j->i", matrix, query_vector).tolist()
+
+
+def _row_columns(found: Tables) -> list[Any]:
+    """The columns of a `ChunkRow`, then the chunk's vector (as `vector_send` gives it) and its sentences'."""
+    from sqlalchemy import LargeBinary, func
+
+    c, r = found.chunks.c, found.records.c
+    return [c.id, c.record_id, c.ordinal, c.text, r.title, r.kind, r.scope, r.status, r.access, r.path, r.aliases,
+            r.sources, r.created_at, func.vector_send(c.embedding, type_=LargeBinary), c.sentence_vectors]  # fmt: skip
 
 
 def _filtered(statement: Any, r: Any, options: SearchOptions) -> Any:
@@ -242,6 +284,7 @@ def _any(values: Iterable[int]) -> Any:
 
 
 _BIG_ENDIAN = [("chunk", ">i4"), ("count", ">u2"), ("length", ">u2")]
+_VECTOR_HEADER = 4  # `vector_send`: dimensions and a reserved field (int16 each), then big-endian float32s
 
 
 def _packed_entries(table: Any, where: Any) -> Any:

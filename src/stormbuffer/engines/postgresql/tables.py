@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 from .schema import SCHEMA
 
 HNSW_INDEX = "projection_chunks_embedding_hnsw"
+WAITING_INDEX = "projection_chunks_waiting"
+POSTINGS_PRIMARY_KEY = "projection_postings_pkey"
+POSTINGS_KEY = ("store", "term", "chunk")
+POSTINGS_INCLUDED = ("count", "length")
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,14 @@ def tables(dimension: int) -> Tables:
         Integer,
         LargeBinary,
         MetaData,
+        PrimaryKeyConstraint,
         Table,
         Text,
         UniqueConstraint,
+        text,
     )
+
+    from ...index.chunking import VECTOR_CHUNKS
 
     metadata = MetaData(schema=SCHEMA)
     records = Table(
@@ -84,16 +92,20 @@ def tables(dimension: int) -> Tables:
         Column("embedding", VECTOR(dimension)),  # unit length; NULL past the vector cap or not yet embedded
         Column("sentence_vectors", LargeBinary),  # float32 rows, one per sentence; NULL for one
         UniqueConstraint("store", "record_id", "ordinal"),
+        # the chunks waiting for a vector, counted by every read: an index as small as the wait, not a scan
+        Index(WAITING_INDEX, "store", postgresql_where=text(f"embedding IS NULL AND ordinal < {VECTOR_CHUNKS}")),
         ForeignKeyConstraint(["store", "record_id"], [f"{SCHEMA}.projection_records.store",
                              f"{SCHEMA}.projection_records.id"], ondelete="CASCADE"),
     )  # fmt: skip
     postings = Table(
         "projection_postings", metadata,
-        Column("store", Text, primary_key=True),
-        Column("term", Text(collation="C"), primary_key=True),
-        Column("chunk", BigInteger, ForeignKey(f"{SCHEMA}.projection_chunks.id", ondelete="CASCADE"), primary_key=True),
+        Column("store", Text, nullable=False),
+        Column("term", Text(collation="C"), nullable=False),
+        Column("chunk", BigInteger, ForeignKey(f"{SCHEMA}.projection_chunks.id", ondelete="CASCADE"), nullable=False),
         Column("count", Integer, nullable=False),  # weighted occurrences (saturating at postings.MAX_COUNT)
         Column("length", Integer, nullable=False),  # the chunk's weighted length (saturating likewise)
+        # a term's postings lie side by side in the key's index, with every column a query reads
+        PrimaryKeyConstraint(*POSTINGS_KEY, name=POSTINGS_PRIMARY_KEY, postgresql_include=list(POSTINGS_INCLUDED)),
         Index("projection_postings_chunk", "chunk"),
     )  # fmt: skip
     stats = Table(
@@ -119,8 +131,23 @@ def create(conn: Connection, dimension: int) -> None:
     conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
     found = tables(dimension)
     found.metadata.create_all(conn)
+    for index in found.chunks.indexes:  # those added since the table was made
+        index.create(conn, checkfirst=True)
+    _cover_postings(conn, f"{SCHEMA}.{found.postings.name}")
     table = f"{SCHEMA}.{found.chunks.name}"
     storage = conn.execute(text("SELECT attstorage FROM pg_attribute WHERE attrelid = CAST(:table AS regclass) "
                                 "AND attname = 'embedding'"), {"table": table}).scalar()  # fmt: skip
     if storage != "p":  # vectors inline: an exact scan reads them with the row, not from TOAST (3 pages each)
         conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN"))
+
+
+def _cover_postings(conn: Connection, table: str) -> None:
+    """Give a postings table made before its primary key covered the counts that key (rebuilt once)."""
+    from sqlalchemy import text
+
+    covered = conn.execute(text("SELECT indnatts > indnkeyatts FROM pg_index WHERE indrelid = CAST(:table AS regclass) "
+                                "AND indisprimary"), {"table": table}).scalar()  # fmt: skip
+    if covered is False:
+        conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT {POSTINGS_PRIMARY_KEY}, ADD CONSTRAINT "
+                          f"{POSTINGS_PRIMARY_KEY} PRIMARY KEY ({', '.join(POSTINGS_KEY)}) "
+                          f"INCLUDE ({', '.join(POSTINGS_INCLUDED)})"))  # fmt: skip
