@@ -3,7 +3,8 @@
 One server runs per test session in a private temporary directory: it listens on a Unix socket in
 that directory (trusted, for the fixtures' own statements) and on a free loopback port (password
 required, for tests of URLs with credentials). `template1` has the `vector` extension, so every
-database a test creates (`create_database`, a few milliseconds) has it too. PostgreSQL refuses to run
+database a test creates (`create_database`, a few milliseconds) has it too, and `copy_database` gives a
+sandbox's copy a copy of its database. PostgreSQL refuses to run
 as root: under root the server runs as `nobody`. Anything that keeps it from starting raises
 `PostgresUnavailable` with the reason and the end of the server's log, so the tests that need it fail
 with that reason.
@@ -147,6 +148,14 @@ class PostgresServer:
         """A new empty database (with pgvector) and its socket URL."""
         name = f"test_{next(self._names)}"
         self.execute(f"CREATE DATABASE {name}")
+        return self.socket_url(name)
+
+    def copy_database(self, url: str) -> str:
+        """A new database holding what the database of `url` holds, and its socket URL: `CREATE DATABASE …
+        TEMPLATE` (a file copy, tens of milliseconds; nothing may be connected to the source meanwhile)."""
+        source = url.split("@/", 1)[1].split("?", 1)[0]
+        name = f"test_{next(self._names)}"
+        self.execute(f"CREATE DATABASE {name} TEMPLATE {source}")
         return self.socket_url(name)
 
     def stop(self) -> None:
