@@ -152,10 +152,12 @@ class PostgresServer:
 
     def copy_database(self, url: str) -> str:
         """A new database holding what the database of `url` holds, and its socket URL: `CREATE DATABASE …
-        TEMPLATE` (a file copy, tens of milliseconds; nothing may be connected to the source meanwhile)."""
+        TEMPLATE` (nothing may be connected to the source meanwhile). The files are copied whole
+        (`FILE_COPY`: its checkpoints cost nothing without fsync; 0.4 s a copy against 0.7 s for
+        the default `WAL_LOG`, on a loaded 2-core machine)."""
         source = url.split("@/", 1)[1].split("?", 1)[0]
         name = f"test_{next(self._names)}"
-        self.execute(f"CREATE DATABASE {name} TEMPLATE {source}")
+        self.execute(f"CREATE DATABASE {name} TEMPLATE {source} STRATEGY FILE_COPY")
         return self.socket_url(name)
 
     def stop(self) -> None:

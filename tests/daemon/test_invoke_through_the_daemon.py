@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from stormbuffer.conformance.engines import move_to_postgresql, on_database, record_files
+from stormbuffer.conformance.examples import Example
 from stormbuffer.core.stores import DATABASE_URL_ENV, DIRECTORY, POSTGRESQL
 from stormbuffer.daemon import relay
 from stormbuffer.embedding import DEFAULT_VARIANT
@@ -42,21 +43,26 @@ def answer(
 
 @pytest.fixture(params=[DIRECTORY, POSTGRESQL])
 def copy(request: pytest.FixtureRequest, tmp_path: Path) -> Copy:
-    """`copy(base, models, **env)`: a fresh copy of the contract store below `base` on the engine of the
-    parameter, with `models` as its model cache; its working directory and environment."""
-    database: str | None = None
+    """`copy(base, models, writes=True, **env)`: a fresh copy of the contract store below `base` on the
+    engine of the parameter, with `models` as its model cache; its working directory and environment.
+    On PostgreSQL a copy for an example that writes gets a database of its own; the copies for the
+    others share one (they change no record)."""
+    template: str | None = None
+    databases: dict[str, str] = {}
     if request.param == POSTGRESQL:
-        database = request.getfixturevalue("postgres_url")
+        template = request.getfixturevalue("postgres_url")
         shutil.copytree(CONTRACT_STORE, tmp_path / "template")
-        move_to_postgresql(tmp_path / "template" / ".sbuf", {DATABASE_URL_ENV: database})
+        move_to_postgresql(tmp_path / "template" / ".sbuf", {DATABASE_URL_ENV: template})
         copy_database = request.getfixturevalue("postgres_copy")
 
-    def made(base: Path, models: Path, **env: str) -> tuple[Path, dict[str, str]]:
+    def made(base: Path, models: Path, *, writes: bool = True, **env: str) -> tuple[Path, dict[str, str]]:
         shutil.copytree(CONTRACT_STORE, base / "store")
         link_tree(models, base / "cache" / "stormbuffer" / "models")
-        if database is not None:
+        if template is not None:
             on_database(base / "store" / ".sbuf")
-            env[DATABASE_URL_ENV] = copy_database(database)
+            if not writes and "reads" not in databases:
+                databases["reads"] = copy_database(template)
+            env[DATABASE_URL_ENV] = copy_database(template) if writes else databases["reads"]
         return base / "store", sbuf_env(base, **env)
 
     return made
@@ -78,8 +84,10 @@ def test_every_example_gets_the_same_bytes_through_the_daemon(
         empty = tmp_path / "no-models"  # examples without hybrid retrieval run without the model
         model_dir = models if is_hybrid(example) else empty
         model_dir.mkdir(exist_ok=True)
-        alone_cwd, alone_env = copy(tmp_path / f"{number}-alone", model_dir, STORMBUFFER_NO_DAEMON="1")
-        warm_cwd, warm_env = copy(tmp_path / f"{number}-warm", model_dir, XDG_RUNTIME_DIR=str(shared_runtime))
+        writes = Example(operation, path.stem, example["request"], example["response"]).writes
+        alone_cwd, alone_env = copy(tmp_path / f"{number}-alone", model_dir, writes=writes, STORMBUFFER_NO_DAEMON="1")
+        warm_cwd, warm_env = copy(tmp_path / f"{number}-warm", model_dir, writes=writes,
+                                  XDG_RUNTIME_DIR=str(shared_runtime))  # fmt: skip
         alone = answer(operation, example["view"], example["request"], alone_cwd, alone_env)
         warm = answer(operation, example["view"], example["request"], warm_cwd, warm_env)
         where = f"{operation}/{path.stem}"
