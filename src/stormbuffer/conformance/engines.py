@@ -7,13 +7,12 @@ bytes are stored verbatim, so a row's bytes are what the file would hold).
 
 `Databases` makes the databases of a run on the server that a URL reaches (its user needs the right
 to create databases): one template seeded once, then a copy of it per place
-(`CREATE DATABASE … TEMPLATE`, a few tens of milliseconds), all dropped when the run ends.
+(`CREATE DATABASE … TEMPLATE`, under a second), all dropped when the run ends.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import shutil
 import threading
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from stormbuffer.core.stores import StorePaths
     from stormbuffer.engines.base import RecordStore
 
-_ENVIRON = threading.Lock()  # one store's variable in this process's environment at a time
 ENGINE_LINES = f'engine = "{POSTGRESQL}"\ndatabase_url_env = "{DATABASE_URL_ENV}"\n'
 
 
@@ -56,22 +54,14 @@ def _store(root: Path, env: Mapping[str, str]) -> Iterator[RecordStore]:
     """The record store at `root`, its database URL taken from `env`; its connections are closed after."""
     from stormbuffer.core.stores import read_config
     from stormbuffer.engines import open_record_store
-    from stormbuffer.engines.postgresql.database import database_url, engine_for
+    from stormbuffer.engines.postgresql.database import database_url, engine_for, environment
 
-    with _ENVIRON:
-        before = os.environ.get(DATABASE_URL_ENV)
-        os.environ[DATABASE_URL_ENV] = env.get(DATABASE_URL_ENV, "")
+    with environment(env):
         try:
             paths = _paths(root, env)
             yield open_record_store(paths, read_config(paths).record_scope, 30.0, None)
         finally:
-            try:
-                engine_for(database_url(DATABASE_URL_ENV)).dispose()  # no connection outlives the block
-            finally:
-                if before is None:
-                    os.environ.pop(DATABASE_URL_ENV, None)
-                else:
-                    os.environ[DATABASE_URL_ENV] = before
+            engine_for(database_url(DATABASE_URL_ENV)).dispose()  # no connection outlives the block
 
 
 def record_files(root: Path, env: Mapping[str, str]) -> dict[str, bytes]:
