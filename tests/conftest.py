@@ -75,3 +75,10 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """The URL of a fresh, empty database (with pgvector) of its own for this test."""
     return postgres_server.create_database()
+
+
+@pytest.fixture
+def postgres_copy(postgres_server: PostgresServer) -> Callable[[str], str]:
+    """`postgres_copy(url)`: the URL of a new database holding what the database of `url` holds, for a
+    copy of a sandbox whose stores live there (nothing may be connected to that database meanwhile)."""
+    return postgres_server.copy_database

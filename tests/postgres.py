@@ -3,7 +3,8 @@
 One server runs per test session in a private temporary directory: it listens on a Unix socket in
 that directory (trusted, for the fixtures' own statements) and on a free loopback port (password
 required, for tests of URLs with credentials). `template1` has the `vector` extension, so every
-database a test creates (`create_database`, a few milliseconds) has it too. PostgreSQL refuses to run
+database a test creates (`create_database`, a few milliseconds) has it too, and `copy_database` gives a
+sandbox's copy a copy of its database. PostgreSQL refuses to run
 as root: under root the server runs as `nobody`. Anything that keeps it from starting raises
 `PostgresUnavailable` with the reason and the end of the server's log, so the tests that need it fail
 with that reason.
@@ -147,6 +148,16 @@ class PostgresServer:
         """A new empty database (with pgvector) and its socket URL."""
         name = f"test_{next(self._names)}"
         self.execute(f"CREATE DATABASE {name}")
+        return self.socket_url(name)
+
+    def copy_database(self, url: str) -> str:
+        """A new database holding what the database of `url` holds, and its socket URL: `CREATE DATABASE …
+        TEMPLATE` (nothing may be connected to the source meanwhile). The files are copied whole
+        (`FILE_COPY`: its checkpoints cost nothing without fsync; 0.4 s a copy against 0.7 s for
+        the default `WAL_LOG`, on a loaded 2-core machine)."""
+        source = url.split("@/", 1)[1].split("?", 1)[0]
+        name = f"test_{next(self._names)}"
+        self.execute(f"CREATE DATABASE {name} TEMPLATE {source} STRATEGY FILE_COPY")
         return self.socket_url(name)
 
     def stop(self) -> None:

@@ -1,5 +1,5 @@
-"""`sbuf conformance` passes against this package's own `sbuf` and `stormbuffer-mcp`, reports each
-check on one line, and leaves nothing behind."""
+"""`sbuf conformance` passes against this package's own `sbuf` and `stormbuffer-mcp` (and its HTTP door, with
+the throwaway stores in PostgreSQL), reports each check on one line, and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+
 from stormbuffer.conformance import select
+from stormbuffer.core.stores import DATABASE_URL_ENV
+from tests.postgres import PostgresServer
 
 from .conftest import BIN
 
@@ -31,6 +35,28 @@ def test_the_kit_passes_against_our_doors(caller_env: dict[str, str]) -> None:
     assert {"invoke.sanitized", "mcp.structured-content", "equivalence.get/not-found", "mcp.tools"} <= ids
     assert len([i for i in ids if i.startswith("invoke.example.")]) == len(EXAMPLES)
     assert list(Path(caller_env["TMPDIR"]).iterdir()) == []  # the throwaway store is gone
+
+
+def test_the_kit_passes_on_postgresql_stores(caller_env: dict[str, str], postgres_server: PostgresServer) -> None:
+    """Every check of the three doors and their equivalences, each place's stores in a database of its own."""
+    sbuf = str(BIN / "sbuf")
+    env = {**caller_env, DATABASE_URL_ENV: postgres_server.socket_url()}
+    done = conformance("--engine", "postgresql", "--invoke", sbuf, "--mcp", str(BIN / "stormbuffer-mcp"),
+                       "--http-serve", sbuf, "--json", env=env)  # fmt: skip
+    report = json.loads(done.stdout)
+    failed = [f"{check['id']}: {check['reason']}" for check in report["checks"] if not check["passed"]]
+    assert failed == [] and report["passed"] is True and done.returncode == 0, failed
+    ids = [check["id"] for check in report["checks"]]
+    assert ids == [check.id for check in select({"invoke", "mcp", "http", "http-serve"})]
+    assert {"equivalence.get/not-found", "equivalence.http.get/not-found", "http.behaviour.secret-guard"} <= set(ids)
+    with psycopg.connect(postgres_server.socket_url()) as conn:
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'sbuf_conformance_%'").fetchall()
+    assert left == [] and list(Path(caller_env["TMPDIR"]).iterdir()) == []  # the databases and places are gone
+
+
+def test_the_kit_needs_a_database_url_for_postgresql(caller_env: dict[str, str]) -> None:
+    done = conformance("--engine", "postgresql", "--invoke", "sbuf", env=caller_env)
+    assert done.returncode == 2 and f"needs {DATABASE_URL_ENV}" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_the_text_report_has_one_line_per_check_and_the_exit_status_says_all_passed(caller_env: dict[str, str]) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import tomllib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,16 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 
-from stormbuffer.core.stores import PlatformDirs, View, initialize_store, resolve_store
+from stormbuffer.conformance.engines import move_to_postgresql, write_records
+from stormbuffer.core.stores import (
+    DATABASE_URL_ENV,
+    DIRECTORY,
+    POSTGRESQL,
+    PlatformDirs,
+    View,
+    initialize_store,
+    resolve_store,
+)
 from tests.cli.conftest import sandbox  # noqa: F401 - a fixture shared with the CLI tests
 from tests.helpers import Sandbox, record_markdown
 
@@ -48,9 +57,17 @@ OPERATIONS = {
 
 @dataclass
 class Store:
-    """A sandbox whose project store (and global store) are initialized."""
+    """A sandbox whose project store (and global store) are initialized, on either engine; on PostgreSQL
+    both keep their records in the database of the sandbox's `STORMBUFFER_DATABASE_URL`, and
+    `copy_database` gives a copy of the sandbox a copy of it."""
 
     box: Sandbox
+    copy_database: Callable[[str], str] | None = None
+
+    @property
+    def database(self) -> str | None:
+        """The URL of the stores' database (None: directory stores)."""
+        return self.box.env[DATABASE_URL_ENV] if self.copy_database is not None else None
 
     @property
     def scope(self) -> str:
@@ -62,7 +79,7 @@ class Store:
         fields.setdefault("access", "agent")
         root = self.box.project_root if store == "project" else self.box.global_root
         scope = self.scope if store == "project" else "global"
-        (root / "records" / f"{record_id}.md").write_text(record_markdown(record_id, scope, **fields), encoding="utf-8")
+        write_records(root, self.box.env, {f"{record_id}.md": record_markdown(record_id, scope, **fields).encode()})
 
     def seed(self) -> None:
         """The records most tests read: active, candidate, archived and human-only project records, one global."""
@@ -83,12 +100,26 @@ class Store:
 
 
 @pytest.fixture
-def store(sandbox: Sandbox) -> Store:  # noqa: F811 - the imported fixture
-    """Initialized global and project stores (as `sbuf init` creates them, without its first sync)."""
+def store(request: pytest.FixtureRequest, sandbox: Sandbox) -> Store:  # noqa: F811 - the imported fixture
+    """Initialized global and project stores (as `sbuf init` creates them, without its first sync), in
+    the directory engine, or in a fresh PostgreSQL database when parametrized with "postgresql"
+    (`ENGINES`, indirectly)."""
+    engine = getattr(request, "param", DIRECTORY)
     dirs = PlatformDirs.from_environ(sandbox.env)
+    roots = []
     for view in (View.GLOBAL, View.PROJECT):
-        initialize_store(resolve_store(view, sandbox.cwd, dirs))
-    return Store(sandbox)
+        paths = resolve_store(view, sandbox.cwd, dirs)
+        initialize_store(paths)
+        roots.append(paths.root)
+    if engine == DIRECTORY:
+        return Store(sandbox)
+    sandbox.env[DATABASE_URL_ENV] = request.getfixturevalue("postgres_url")
+    for root in roots:
+        move_to_postgresql(root, sandbox.env)
+    return Store(sandbox, request.getfixturevalue("postgres_copy"))
+
+
+ENGINES = [DIRECTORY, POSTGRESQL]  # `@pytest.mark.parametrize("store", ENGINES, indirect=True)`
 
 
 @asynccontextmanager

@@ -5,6 +5,9 @@ Two identical copies of one seeded store take the same sequence of requests, one
 envelopes are compared after masking what is fresh on every call: receipt ids, retrieval and
 creation times, and ids of newly written records (numbered in order of appearance, so a later
 `related_id` must still point at the same new record on both sides).
+
+Every test runs on both engines: directory stores, and stores in PostgreSQL (a copy of the sandbox
+gets a copy of its database).
 """
 
 from __future__ import annotations
@@ -13,20 +16,24 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from stormbuffer.conformance.engines import record_files
 from stormbuffer.core.locks import exclusive_lock
+from stormbuffer.core.stores import DATABASE_URL_ENV
 from tests.helpers import Sandbox, record_markdown, sbuf_env
 
 from .conftest import (
     ACTIVE_ID,
     ARCHIVED_ID,
     CANDIDATE_ID,
+    ENGINES,
     GLOBAL_ID,
     HUMAN_ID,
     MISSING_ID,
@@ -38,10 +45,11 @@ from .conftest import (
     envelope,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("store", ENGINES, indirect=True)]
 
 SEEDED = {ACTIVE_ID, SECOND_ID, CANDIDATE_ID, ARCHIVED_ID, HUMAN_ID, GLOBAL_ID, MISSING_ID}
 SEED_TIME = "2020-01-02T03:04:05Z"
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TOKEN = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6"
 REMEMBER = {"title": "Deploy window", "kind": "decision", "body": "Deploy after noon on weekdays.", "source": SOURCE}
@@ -217,7 +225,10 @@ def twin(store: Store, base: Path) -> Store:
             shutil.copy2(source, destination)
 
     shutil.copytree(store.box.base, base, symlinks=True, copy_function=copy)
-    return Store(Sandbox(base, sbuf_env(base), base / store.box.cwd.relative_to(store.box.base)))
+    env = sbuf_env(base)
+    if store.copy_database is not None and store.database is not None:
+        env[DATABASE_URL_ENV] = store.copy_database(store.database)
+    return Store(Sandbox(base, env, base / store.box.cwd.relative_to(store.box.base)), store.copy_database)
 
 
 async def test_structured_content_equals_sbuf_invoke(store: Store, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -236,12 +247,63 @@ async def test_structured_content_equals_sbuf_invoke(store: Store, tmp_path_fact
             masked_mcp, masked_cli = mcp_masker(from_mcp), cli_masker(from_cli)
             assert masked_mcp == masked_cli, (label, differences(masked_mcp, masked_cli))
     assert len(cli_masker.new_ids) == len(mcp_masker.new_ids) > 0
+    written = stored_records(store, cli_masker)
+    assert written == stored_records(through_mcp, mcp_masker)
+    assert len(written) > len(SEEDED) - 2  # the project's seeded records and the new ones
+
+
+def stored_records(store: Store, masker: Masker) -> dict[str, str]:
+    """The project store's records (file name → text), read through its engine, masked as the envelopes are."""
+    found = record_files(store.box.project_root, store.box.env)
+    return {masker(name): TIME.sub(_fresh_time, masker(data.decode())) for name, data in found.items()}
+
+
+def _fresh_time(match: re.Match[str]) -> str:
+    return match.group(0) if match.group(0) == SEED_TIME else "<now>"
 
 
 @contextmanager
 def mutation_lock_held(store: Store) -> Iterator[None]:
-    with exclusive_lock(store.box.project_root / "locks" / "mutation.lock"):
+    """The store's write lock, held elsewhere: the mutation lock file, or the database's advisory lock."""
+    if store.database is None:
+        with exclusive_lock(store.box.project_root / "locks" / "mutation.lock"):
+            yield
+        return
+    with psycopg.connect(store.database, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtextextended('stormbuffer:records:' || %s, 0))", [store.scope])
         yield
+
+
+def plant_invalid_record(store: Store, record_id: str) -> Callable[[], None]:
+    """An unreadable record (an unknown kind) where the store keeps its records: a file, or a row put
+    there by hand; returns its removal."""
+    text = record_markdown(record_id, store.scope, kind="rumour")
+    if store.database is None:
+        bad_file = store.box.project_root / "records" / f"{record_id}.md"
+        bad_file.write_text(text, encoding="utf-8")
+        return bad_file.unlink
+    row = (store.scope, record_id, f"records/{record_id}.md", text.encode(), store.scope, "rumour", "active", "x", "x")
+    with psycopg.connect(store.database, autocommit=True) as conn:
+        conn.execute("INSERT INTO stormbuffer.records (store, id, path, markdown, scope, kind, status, title, "
+                     "title_key, version) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 1)", row)  # fmt: skip
+
+    def remove() -> None:
+        with psycopg.connect(store.database or "", autocommit=True) as conn:
+            conn.execute("DELETE FROM stormbuffer.records WHERE store = %s AND id = %s", [store.scope, record_id])
+
+    return remove
+
+
+def block_projection(store: Store) -> None:
+    """The projection cannot be read: a directory where the SQLite file belongs, or its chunks table gone."""
+    if store.database is None:
+        index = store.box.project_root / "index.sqlite3"
+        for path in store.box.project_root.glob("index.sqlite3*"):
+            path.unlink()
+        index.mkdir()
+        return
+    with psycopg.connect(store.database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE stormbuffer.projection_chunks RENAME TO projection_chunks_gone")
 
 
 async def test_store_failures_are_equal_too(store: Store) -> None:
@@ -255,14 +317,10 @@ async def test_store_failures_are_equal_too(store: Store) -> None:
 
         with mutation_lock_held(store):
             busy = await both("memory_remember", REMEMBER)
-        bad_file = store.box.project_root / "records" / f"{MISSING_ID}.md"
-        bad_file.write_text(record_markdown(MISSING_ID, store.scope, kind="rumour"), encoding="utf-8")
-        invalid = await both("memory_get", {"id": MISSING_ID})  # the invalid file's own id: never served
-        bad_file.unlink()
-        index = store.box.project_root / "index.sqlite3"
-        for path in store.box.project_root.glob("index.sqlite3*"):
-            path.unlink()
-        index.mkdir()
+        remove = plant_invalid_record(store, MISSING_ID)
+        invalid = await both("memory_get", {"id": MISSING_ID})  # the invalid record's own id: never served
+        remove()
+        block_projection(store)
         blocked = await both("memory_recall", {"query": "magnetar"})
     for (from_mcp, from_cli), code in ((busy, "conflict"), (invalid, "invalid_record"), (blocked, "internal_error")):
         assert from_mcp == from_cli

@@ -20,7 +20,7 @@ const MAX_REPLY_BYTES = 1 << 20;
 const DEFAULT_IDLE_S = 900;
 // The variables that select stores and check output, forwarded with the hello (runtime.SESSION_ENV).
 const SESSION_ENV = ['HOME', 'USERPROFILE', 'XDG_DATA_HOME', 'XDG_CACHE_HOME', 'STORMBUFFER_VALIDATE_OUTPUT',
-  'STORMBUFFER_LOCK_WAIT'];
+  'STORMBUFFER_LOCK_WAIT', 'STORMBUFFER_DATABASE_URL'];
 
 const uid = () => (typeof process.getuid === 'function' ? process.getuid() : null);
 

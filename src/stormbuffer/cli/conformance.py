@@ -55,6 +55,14 @@ from .context import current, fail
     metavar="GLOB",
     help="Run only the checks whose id matches (e.g. 'mcp.*'); repeatable.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["directory", "postgresql"]),
+    default="directory",
+    show_default=True,
+    help="Where the throwaway stores keep their records; postgresql makes a database per store on the server "
+    "STORMBUFFER_DATABASE_URL reaches (its user needs CREATEDB).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def conformance(
     invoke: tuple[str, ...],
@@ -63,6 +71,7 @@ def conformance(
     http_serve: tuple[str, ...],
     mcp_http: tuple[str, ...],
     patterns: tuple[str, ...],
+    engine: str,
     as_json: bool,
 ) -> None:
     """Check an implementation of the version-1 protocol against the contract.
@@ -98,8 +107,12 @@ def conformance(
         else:
             click.echo(f"{mark} {outcome.id}: {outcome.reason}", color=True)
 
-    report = run(invoke=doors[0], mcp=doors[1], http=http[0] if http else None, http_serve=doors[2],
-                 mcp_http=remote, patterns=patterns, progress=show)  # fmt: skip
+    try:
+        report = run(invoke=doors[0], mcp=doors[1], http=http[0] if http else None, http_serve=doors[2],
+                     mcp_http=remote, patterns=patterns, progress=show, environ=current().env,
+                     engine=engine)  # fmt: skip
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:

@@ -488,10 +488,11 @@ def recall_scope(run: Run, door: str) -> None:
 def oversized(place: Place) -> Place:
     """Five records whose bodies are one word of 66000 bytes: each is past the 65536 bytes `get`
     returns, and five blocks of one token each are past every output bound."""
-    for n in range(OVERSIZED):
-        record_id = f"{OVERSIZED_ID}{n}"
-        text = record_markdown(record_id, PROJECT_SCOPE, f"Oversized note {n}", "z" * 66000)
-        (place.records / f"{record_id}.md").write_text(text, encoding="utf-8")
+    place.write_records({
+        f"{OVERSIZED_ID}{n}.md": record_markdown(f"{OVERSIZED_ID}{n}", PROJECT_SCOPE, f"Oversized note {n}",
+                                                 "z" * 66000).encode()
+        for n in range(OVERSIZED)
+    })  # fmt: skip
     return place
 
 

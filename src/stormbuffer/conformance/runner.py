@@ -75,13 +75,16 @@ def run(
     http: str | None = None,
     http_serve: list[str] | None = None,
     mcp_http: tuple[str, str] | None = None,
+    engine: str = "directory",
 ) -> Report:
     """Run the checks against `invoke` (e.g. `["sbuf"]`), `mcp` (e.g. `["stormbuffer-mcp"]`) and
     HTTP: a running server at `http` (e.g. `"http://127.0.0.1:7342"`), or `http_serve` (e.g.
     `["sbuf"]`), which the kit starts as `CMD --project serve --port N` in its own places, and MCP
     over Streamable HTTP: `mcp_http` is a running team server's `/mcp` address and a token. The run
     works in a throwaway store that is removed afterwards. `environ` (default `os.environ`) is the
-    environment the doors start from (PATH, and the prepared model its cache holds)."""
+    environment the doors start from (PATH, and the prepared model its cache holds). `engine`: where the
+    throwaway stores keep their records, "directory" or "postgresql" (a database per place on the
+    server `STORMBUFFER_DATABASE_URL` of `environ` reaches)."""
     if http and http_serve:
         raise ValueError("give either a running HTTP server or a command to serve one, not both")
     given = ((INVOKE, invoke), (MCP, mcp), (HTTP, http or http_serve), (HTTP_SERVE, http_serve), (MCP_HTTP, mcp_http))
@@ -90,7 +93,7 @@ def run(
         raise ValueError("give at least one door to check")
     started = time.perf_counter()
     outcomes = []
-    with ThrowawayStore(environ) as store:
+    with ThrowawayStore(environ, engine=engine) as store:
         chosen = select(doors, patterns)
         session = Run(store, invoke, mcp, selected=[check.id for check in chosen], http=http, http_serve=http_serve,
                       mcp_http=mcp_http)  # fmt: skip

@@ -4,6 +4,10 @@ One temporary directory per run holds every place the run needs. A place is a pr
 cache and temp directory plus a project directory whose `.sbuf/` is a fresh copy of the contract
 store (the store the `schema/v1` examples were written against). The implementation under test
 runs with that environment and working directory, so it never sees the caller's own stores.
+
+On the PostgreSQL engine (`engine="postgresql"`) every place's stores keep their records in a database
+of the place's own, a copy of one seeded with the contract store, on the server the caller's
+`STORMBUFFER_DATABASE_URL` reaches (`engines.Databases`); the place's environment names it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from pathlib import Path
 from types import TracebackType
 
 from stormbuffer.core.dirs import PlatformDirs
+from stormbuffer.core.stores import DATABASE_URL_ENV, DIRECTORY, POSTGRESQL
+
+from .engines import Databases, move_to_postgresql, on_database, record_files, write_records
 
 PROJECT_SCOPE = "project:0194d2a0-5c3e-7b41-9f2a-6c8d1e4b7a30"
 GLOBAL_RECORD_ID = "0194d2a1-9999-7a09-8a09-000000000009"
@@ -76,19 +83,32 @@ class Place:
         return self.cwd / ".sbuf" / "records"
 
     def record_files(self) -> dict[str, bytes]:
-        """Every record file of the project store (name → content), to see what a call wrote."""
-        return {path.name: path.read_bytes() for path in sorted(self.records.glob("*.md"))}
+        """Every record of the project store (file name → content), to see what a call wrote."""
+        return record_files(self.cwd / ".sbuf", self.env)
+
+    def write_records(self, records: dict[str, bytes]) -> None:
+        """Plant records (file name → content) in the project store."""
+        write_records(self.cwd / ".sbuf", self.env, records)
 
 
 class ThrowawayStore:
     """The run's temporary directory; `place()` gives a fresh copy of the contract store in it."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None, *, engine: str = DIRECTORY) -> None:
         self.caller = dict(os.environ if environ is None else environ)
+        self.databases: Databases | None = None
+        if engine == POSTGRESQL:
+            url = self.caller.get(DATABASE_URL_ENV, "").strip()
+            if not url:
+                raise ValueError(f"the {POSTGRESQL} engine needs {DATABASE_URL_ENV}: a database URL on a server "
+                                 "where its user may create databases")  # fmt: skip
+            self.databases = Databases(url)
         self.root = Path(tempfile.mkdtemp(prefix="sbuf-conformance-", dir=self.caller.get("TMPDIR"))).resolve()
         self._count = 0
         self._lock = threading.Lock()
         self._places: list[Place] = []
+        self._template: str | None = None  # the seeded database every place's is a copy of
+        self._seed_failure: str | None = None
 
     def __enter__(self) -> ThrowawayStore:
         return self
@@ -106,7 +126,11 @@ class ThrowawayStore:
             directory = runtime_directory(place.env)
             if directory is not None and (directory / "daemon.lock").exists():
                 stop(place.env)
-        shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            if self.databases is not None:
+                self.databases.close()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def model_cache(self) -> Path | None:
         """The caller's prepared embedding model (`sbuf init` prepares it), or None."""
@@ -129,23 +153,60 @@ class ThrowawayStore:
             (base / folder).mkdir(parents=True)
             env[name] = str(base / folder)
         cwd = base / "work" / "project"
-        with as_file(files(__package__) / "contract_store") as source:
-            shutil.copytree(source, cwd / ".sbuf")
-        (cwd / ".sbuf" / ".gitignore").write_bytes(b"*\n!.gitignore\n")
+        _contract_store(cwd / ".sbuf")
         if models:
             source_models = self.model_cache()
             if source_models is None:
                 raise RuntimeError("no prepared embedding model; run `sbuf init` first")
             link_tree(source_models, base / "cache" / "stormbuffer" / "models")
         if global_store:
-            store = base / "data" / "stormbuffer"
-            (store / "records").mkdir(parents=True)
-            (store / "store.toml").write_text(GLOBAL_STORE_TOML, encoding="utf-8")
-            (store / "records" / f"{GLOBAL_RECORD_ID}.md").write_text(GLOBAL_RECORD, encoding="utf-8")
+            _global_store(base / "data" / "stormbuffer")
+        if self.databases is not None:
+            env[DATABASE_URL_ENV] = self.databases.url_of(self.databases.create(self._seeded()))
+            for root in (cwd / ".sbuf", base / "data" / "stormbuffer"):
+                if root.is_dir():  # the records are the template's rows
+                    on_database(root)
         place = Place(base, cwd, env)
         with self._lock:
             self._places.append(place)
         return place
+
+    def _seeded(self) -> str:
+        """The template database, seeded with the contract store and the global store on first use."""
+        assert self.databases is not None
+        with self._lock:
+            if self._template is None:
+                if self._seed_failure is not None:  # one failure per run, not one per check
+                    raise RuntimeError(self._seed_failure)
+                try:
+                    self._template = self._seed(self.databases)
+                except Exception as exc:
+                    self._seed_failure = f"the template database was not made: {exc}"
+                    raise
+            return self._template
+
+    def _seed(self, databases: Databases) -> str:
+        name = databases.create()
+        env = {**self.caller, DATABASE_URL_ENV: databases.url_of(name)}
+        seed = self.root / "template"
+        _contract_store(seed / "project")
+        _global_store(seed / "global")
+        for root in (seed / "project", seed / "global"):
+            move_to_postgresql(root, env)
+        return name
+
+
+def _contract_store(root: Path) -> None:
+    with as_file(files(__package__) / "contract_store") as source:
+        shutil.copytree(source, root)
+    (root / ".gitignore").write_bytes(b"*\n!.gitignore\n")
+
+
+def _global_store(root: Path) -> None:
+    """An initialized global store holding one agent-readable record."""
+    (root / "records").mkdir(parents=True)
+    (root / "store.toml").write_text(GLOBAL_STORE_TOML, encoding="utf-8")
+    (root / "records" / f"{GLOBAL_RECORD_ID}.md").write_text(GLOBAL_RECORD, encoding="utf-8")
 
 
 def link_tree(source: Path, destination: Path) -> None:

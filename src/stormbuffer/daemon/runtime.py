@@ -26,6 +26,7 @@ PROTOCOL = "stormbuffer-daemon/1"
 # What selects stores and checks output: the variables a door forwards with each connection.
 SESSION_ENV = (
     "HOME", "USERPROFILE", "XDG_DATA_HOME", "XDG_CACHE_HOME", "STORMBUFFER_VALIDATE_OUTPUT", "STORMBUFFER_LOCK_WAIT",
+    "STORMBUFFER_DATABASE_URL",  # a PostgreSQL store's database is the caller's, not the daemon's (same user only)
 )  # fmt: skip
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 MAX_HELLO_BYTES = 65536

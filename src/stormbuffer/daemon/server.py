@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -358,7 +358,8 @@ class Daemon:
         from stormbuffer.core.errors import StoreError
 
         try:
-            session = self.shared.session(str(message["view"]), str(message["cwd"]), dict(message["env"]), acquire=True)
+            env = dict(message["env"])
+            session = self.shared.session(str(message["view"]), str(message["cwd"]), env, acquire=True)
             grant = WriteGrant(message["grant"])
         except StoreError as exc:  # its message names what is wrong with the store, never a path
             connection.reply({"ok": False, "reason": "start_failed", "message": str(exc)})
@@ -369,7 +370,8 @@ class Daemon:
         connection.reply({"ok": True, "pid": os.getpid()})
         writer = connection.sock.makefile("wb")
         try:
-            await run_session(StormbufferServer(session, grant, self.shared.worker), (connection.reader, writer))
+            with callers_database(env):  # the session's tools run in worker threads that inherit it
+                await run_session(StormbufferServer(session, grant, self.shared.worker), (connection.reader, writer))
             writer.flush()
             connection.sock.sendall(SESSION_END)
         finally:
@@ -395,7 +397,8 @@ class Daemon:
             except Exception:
                 line = encode(failure(operation, "internal_error", "could not resolve the selected store"))
                 return {"line": line, "ok": False, "problems": []}
-            answered = invoke_line(operation, data, session, validate=env.get(VALIDATE_ENV) == "1")
+            with callers_database(env):
+                answered = invoke_line(operation, data, session, validate=env.get(VALIDATE_ENV) == "1")
             return {"line": answered.line, "ok": answered.ok, "problems": answered.problems}
 
         result = await anyio.to_thread.run_sync(answer, limiter=self.shared.worker)
@@ -419,14 +422,24 @@ class Daemon:
             return
 
         def run() -> dict[str, Any]:
+            env = dict(message.get("env", {}))
             try:
-                session = self.shared.session(str(message.get("view")), str(message.get("cwd")),
-                                              dict(message.get("env", {})), acquire=False)  # fmt: skip
+                session = self.shared.session(str(message.get("view")), str(message.get("cwd")), env, acquire=False)
             except Exception:
                 return {"ok": False, "failure": "error", "message": "could not resolve store"}
-            return answer(session, operation, payload)
+            with callers_database(env):
+                return answer(session, operation, payload)
 
         connection.reply(await anyio.to_thread.run_sync(run, limiter=self.shared.worker))
+
+
+@contextlib.contextmanager
+def callers_database(env: Mapping[str, str]) -> Iterator[None]:
+    """A PostgreSQL store's database named by the caller's environment, not the daemon's."""
+    from stormbuffer.engines.postgresql.database import environment
+
+    with environment(env):
+        yield
 
 
 def _import(module: str) -> None:

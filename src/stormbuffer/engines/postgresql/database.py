@@ -4,14 +4,19 @@ The URL is read from the variable when the store is opened and never written any
 failure becomes one DatabaseUnavailable naming the variable and the reason (not set, not a PostgreSQL URL,
 unreachable, authentication failed, no such database, no pgvector, schema missing) and never the
 URL, its password or its host.
+
+The variable is read from the process's environment, or, inside `environment(env)`, from `env`: the
+memory daemon answers each caller with the database of the caller's environment.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from ...core.errors import DatabaseUnavailable, StoreError
@@ -31,6 +36,20 @@ _REASONS = {  # SQLSTATE → what a person can act on
 SCHEMA_MISSING = "the database has no Stormbuffer tables yet (run `sbuf init --engine postgresql`)"
 
 
+_CALLER: ContextVar[Mapping[str, str] | None] = ContextVar("stormbuffer_database_environment", default=None)
+
+
+@contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """Read database variables from `env` instead of this process's environment inside the block (in this
+    thread or task, and in the worker threads it starts)."""
+    token = _CALLER.set(env)
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
 def database_url(variable: str) -> str:
     """The URL in the environment variable `variable`, as the SQLAlchemy psycopg dialect wants it (for
     `EMBEDDED`: the embedded server's, started when it is not running)."""
@@ -38,7 +57,7 @@ def database_url(variable: str) -> str:
         from .embedded import attach
 
         return attach()
-    url = os.environ.get(variable, "").strip()
+    url = (_CALLER.get() or os.environ).get(variable, "").strip()
     if not url:
         raise DatabaseUnavailable(
             f"{variable} is not set: this store keeps its records in the PostgreSQL database it names"
@@ -49,12 +68,24 @@ def database_url(variable: str) -> str:
     return f"postgresql+psycopg://{rest}"
 
 
-@cache
+POOLS = 8  # URLs whose connections a process keeps (a daemon serves callers of several databases)
+_pools: OrderedDict[str, Engine] = OrderedDict()
+_pools_lock = threading.Lock()
+
+
 def engine_for(url: str) -> Engine:
-    """One pool of connections per URL and process."""
+    """One pool of connections per URL and process, for the POOLS URLs used last; an older URL's pool
+    is disposed (its idle connections closed; those lent out close when they come back)."""
     from sqlalchemy import create_engine
 
-    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+    with _pools_lock:
+        engine = _pools.pop(url, None)
+        if engine is None:
+            engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+        _pools[url] = engine
+        while len(_pools) > POOLS:
+            _pools.popitem(last=False)[1].dispose()
+        return engine
 
 
 def reason(exc: BaseException) -> str:
