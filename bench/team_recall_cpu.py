@@ -105,10 +105,10 @@ def main() -> None:
         options.profile.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for number in range(options.rounds):
-        for name, source in (trees.items() if number % 2 == 0 else reversed(trees.items())):
-            flame = options.profile / f"{name}-{number}.txt" if options.profile is not None else None
+        for name, source in trees.items() if number % 2 == 0 else reversed(trees.items()):
+            stacks = options.profile / f"{name}-{number}.txt" if options.profile is not None else None
             print(f"round {number + 1}/{options.rounds}: {name} ...", file=sys.stderr)
-            runs[name].append(run_once(box, source, tokens, options.calls, options.think, flame))
+            runs[name].append(run_once(box, source, tokens, options.calls, options.think, stacks))
             print(f"  {runs[name][-1]}", file=sys.stderr)
     report: dict[str, Any] = {"records": options.records, "clients": options.clients, "calls": options.calls,
                               "think_s": options.think, "version_s": round(version, 4), "runs": runs}  # fmt: skip
