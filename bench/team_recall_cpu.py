@@ -33,9 +33,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from invoke_latency import build, environment, timed_run  # noqa: E402
 from machine import save  # noqa: E402
-from team_server import Phase, TeamServer, many, quantile  # noqa: E402
+from team_server import Phase, TeamServer, fresh_store, many, quantile  # noqa: E402
 
 from stormbuffer.auth import Role  # noqa: E402
 from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
@@ -88,16 +87,11 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=1.0)
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-team-server-bench"))
-    parser.add_argument("--profile", type=Path, help="a directory for py-spy flame graphs of each run")
+    parser.add_argument("--profile", type=Path, help="a directory for py-spy stacks of each run")
     options = parser.parse_args()
     if options.baseline is not None and not (options.baseline / "stormbuffer").is_dir():
         raise SystemExit(f"--baseline must be a source directory holding the stormbuffer package: {options.baseline}")
-    work = options.work / f"store-{options.records}"
-    paths = build(work, options.records)
-    shutil.rmtree(paths.root / "team", ignore_errors=True)
-    box = Sandbox(work, environment(work, "cache"), work / "project")
-    timed_run(["--version"], box.cwd, box.env)
-    version = statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
+    paths, box, version = fresh_store(options.work, options.records)
     team = TeamTokens(paths)
     tokens = [team.create(f"client-{n}", Role.AGENT, (record_scope(paths),), None) for n in range(options.clients)]
     trees = {"this": HERE, **({"baseline": options.baseline.resolve()} if options.baseline else {})}
