@@ -1,5 +1,5 @@
 """What the team server's limits and its issuer tokens cost, in this process: one rate-limit count
-(the `limits` moving window, 64 tokens), one audit append (under the shared file lock pruning
+(the moving window, 64 tokens), one audit append (under the shared file lock pruning
 needs), one prune of a trail of `--entries` lines (half of them old), and the check of one request's
 credential: a team token beside a JWT of a loopback stub OpenID Connect issuer (an RS256 signature,
 the key set cached). `sbuf --version` is timed in the same run. Target: a credential check adds at
@@ -27,7 +27,7 @@ from machine import result_rows, save  # noqa: E402
 from team_auth import per_call  # noqa: E402
 
 from stormbuffer.adapters.http.access import Credentials  # noqa: E402
-from stormbuffer.adapters.http.ratelimit import DEFAULT_RATE, RateLimit  # noqa: E402
+from stormbuffer.adapters.http.ratelimit import DEFAULT_RATE, MovingWindow  # noqa: E402
 from stormbuffer.auth import Role  # noqa: E402
 from stormbuffer.auth.audit import AuditTrail  # noqa: E402
 from stormbuffer.auth.oidc import OidcIssuer  # noqa: E402
@@ -63,9 +63,8 @@ def measure(box: Sandbox, entries: int) -> dict[str, float]:
         }
     finally:
         issuer.close()
-    limiter = RateLimit(app=None, rate=DEFAULT_RATE).limiter  # type: ignore[arg-type]
-    item, counter = RateLimit(app=None, rate=DEFAULT_RATE).item, iter(range(10**9))  # type: ignore[arg-type]
-    measured["rate_limit_count"] = per_call(lambda: limiter.hit(item, f"token-{next(counter) % 64}"))
+    window, counter = MovingWindow(DEFAULT_RATE), iter(range(10**9))
+    measured["rate_limit_count"] = per_call(lambda: window.hit(f"token-{next(counter) % 64}"))
     trail = AuditTrail(paths)
     measured["audit_append"] = per_call(lambda: trail.append({"at": "2026-12-06T00:00:00Z", **ENTRY}), per_round=500)
     old = json.dumps({"at": "2020-01-01T00:00:00Z", **ENTRY}, separators=(",", ":"))

@@ -53,7 +53,7 @@ from team_auth import in_process, recall_timings  # noqa: E402
 
 from stormbuffer.auth import Role  # noqa: E402
 from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
-from stormbuffer.core.stores import record_scope  # noqa: E402
+from stormbuffer.core.stores import StorePaths, record_scope  # noqa: E402
 from tests.helpers import SBUF, Sandbox  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "team_server.json"
@@ -166,6 +166,17 @@ def quantile(times: list[float], q: int) -> float:
     return statistics.quantiles(times, n=100, method="inclusive")[q - 1]
 
 
+def fresh_store(work: Path, records: int) -> tuple[StorePaths, Sandbox, float]:
+    """The benchmark's store of `records` under `work` with no tokens or audit trail yet, a sandbox
+    to serve it from, and the median seconds of `sbuf --version` there."""
+    work = work / f"store-{records}"
+    paths = build(work, records)
+    shutil.rmtree(paths.root / "team", ignore_errors=True)  # fresh tokens and audit trail every run
+    box = Sandbox(work, environment(work, "cache"), work / "project")
+    timed_run(["--version"], box.cwd, box.env)
+    return paths, box, statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000)
@@ -176,12 +187,7 @@ def main() -> None:
     parser.add_argument("--recalls", type=int, default=200)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-team-server-bench"))
     options = parser.parse_args()
-    work = options.work / f"store-{options.records}"
-    paths = build(work, options.records)
-    shutil.rmtree(paths.root / "team", ignore_errors=True)  # fresh tokens and audit trail every run
-    box = Sandbox(work, environment(work, "cache"), work / "project")
-    timed_run(["--version"], box.cwd, box.env)
-    version = statistics.median(timed_run(["--version"], box.cwd, box.env)[0] for _ in range(10))
+    paths, box, version = fresh_store(options.work, options.records)
     measured, token, _elsewhere = in_process(box)  # 100 tokens in the store; `token` an agent's
     team = TeamTokens(paths)  # and one more for each client: a team server limits each token's rate
     tokens = [team.create(f"client-{n}", Role.AGENT, (record_scope(paths),), None) for n in range(options.clients)]

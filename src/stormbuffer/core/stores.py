@@ -12,6 +12,7 @@ directories: a symbolic link there is refused, so no write lands outside the sto
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -230,8 +231,10 @@ _CONFIG_KEYS = (
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
+@functools.lru_cache(maxsize=16)
 def parse_config(text: str, expected_scope: str) -> StoreConfig:
-    """Parse `store.toml` strictly; raise StoreError naming the problem."""
+    """Parse `store.toml` strictly; raise StoreError naming the problem. The file is read on every
+    use, and parsed once per text (a server's every read asks for the store's scope)."""
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

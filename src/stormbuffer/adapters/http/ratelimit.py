@@ -3,9 +3,9 @@ sent its allowance within the last window.
 
 `RateLimit` (ASGI middleware, just inside the credential check) counts every authenticated request
 under `/v1/` and to `/mcp` against its principal's name (one unrevoked token per name), in a moving
-window (the `limits` library, kept in memory by this process). A request over the limit is answered
-before any route reads its body or the store; the audit trail records it (status 429). Requests
-without a valid token are refused earlier (401) and counted nowhere.
+window kept in this process's memory (`MovingWindow`). A request over the limit is answered before
+any route reads its body or the store; the audit trail records it (status 429). Requests without a
+valid token are refused earlier (401) and counted nowhere.
 """
 
 from __future__ import annotations
@@ -13,17 +13,15 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .audit import MCP_PATH
 from .errors import error_response
 
-if TYPE_CHECKING:
-    from limits import RateLimitItem
-
+SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 UNITS = {"s": "second", "sec": "second", "second": "second", "min": "minute", "minute": "minute",
          "h": "hour", "hour": "hour"}  # fmt: skip
 RATE = re.compile(r"([1-9][0-9]{0,8})/(" + "|".join(UNITS) + r")")
@@ -50,25 +48,60 @@ class Rate:
     def __str__(self) -> str:
         return f"{self.count}/{self.unit}"
 
-    def item(self) -> RateLimitItem:
-        from limits import parse
-
-        return parse(f"{self.count}/{self.unit}")
+    @property
+    def window_s(self) -> float:
+        return SECONDS[self.unit]
 
 
 DEFAULT_RATE = Rate(600, "minute")
+
+
+class MovingWindow:
+    """The times of each name's requests within the last `rate.window_s` seconds, at most
+    `rate.count` of them: a request is admitted while fewer were admitted in the window before it.
+
+    Old times are dropped when the name is next counted, and names idle for a whole window are
+    forgotten at most once a window, so nothing runs between requests and memory stays bounded by
+    the names active in the last two windows. Used from the event loop only."""
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+        self._times: dict[str, deque[float]] = {}
+        self._swept = time.monotonic()
+
+    def hit(self, name: str) -> bool:
+        """Count one request of `name` now, unless its allowance is spent (False then)."""
+        now = time.monotonic()
+        if now - self._swept >= self.rate.window_s:
+            self._sweep(now)
+        times = self._times.setdefault(name, deque())
+        while times and times[0] <= now - self.rate.window_s:
+            times.popleft()
+        if len(times) >= self.rate.count:
+            return False
+        times.append(now)
+        return True
+
+    def retry_after(self, name: str) -> int:
+        """Whole seconds until `name` may send a request again (at least 1)."""
+        times = self._times.get(name)
+        if not times:
+            return 1
+        return max(1, math.ceil(times[0] + self.rate.window_s - time.monotonic()))
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        idle = [name for name, times in self._times.items() if not times or times[-1] <= now - self.rate.window_s]
+        for name in idle:
+            del self._times[name]
 
 
 class RateLimit:
     """ASGI middleware holding each token to `rate`."""
 
     def __init__(self, app: ASGIApp, rate: Rate) -> None:
-        from limits.storage import MemoryStorage
-        from limits.strategies import MovingWindowRateLimiter
-
         self.app = app
-        self.item = rate.item()
-        self.limiter = MovingWindowRateLimiter(MemoryStorage())
+        self.window = MovingWindow(rate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         caller = scope.get("state", {}).get("principal") if scope["type"] == "http" else None
@@ -76,14 +109,8 @@ class RateLimit:
         if caller is None or not (path.startswith("/v1/") or path == MCP_PATH):
             await self.app(scope, receive, send)
             return
-        if self.limiter.hit(self.item, caller.name):
+        if self.window.hit(caller.name):
             await self.app(scope, receive, send)
             return
-        await error_response(429, "rate_limited", LIMITED, {"Retry-After": str(self.retry_after(caller.name))})(
-            scope, receive, send
-        )
-
-    def retry_after(self, name: str) -> int:
-        """Whole seconds until `name` may send a request again (at least 1)."""
-        reset = self.limiter.get_window_stats(self.item, name).reset_time
-        return max(1, math.ceil(reset - time.time()))
+        retry = {"Retry-After": str(self.window.retry_after(caller.name))}
+        await error_response(429, "rate_limited", LIMITED, retry)(scope, receive, send)
