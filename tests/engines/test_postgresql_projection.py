@@ -244,7 +244,7 @@ def test_chunks_waiting_for_a_vector_are_counted_from_their_own_index(loaded: Lo
         projection.rows(text("SET LOCAL enable_seqscan = off"))
         assert "projection_chunks_waiting" in plan_of(projection, pg._opening(projection.found, scope, False))
     with loaded.engine.begin() as conn:
-        assert fill_vectors(conn, scope, loaded.embedder, dimension=dimension) == written
+        assert fill_vectors(conn, scope, loaded.embedder, dimension=dimension) == (written, 0)
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
         assert projection.settings[pj.VECTOR_PENDING] == "0"
 
