@@ -24,7 +24,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormbuffer.auth import Principal
-from stormbuffer.auth.audit import AuditTrail
+from stormbuffer.auth.storage import AuditTrail
+from stormbuffer.core.errors import StormbufferError
 
 logger = logging.getLogger("stormbuffer.http")
 MCP_PATH = "/mcp"
@@ -74,7 +75,7 @@ def append_entry(trail: AuditTrail, caller: Principal | None, door: str, operati
     }
     try:
         trail.append(entry)
-    except OSError as exc:
+    except (OSError, StormbufferError) as exc:  # a full disk, a database out of reach
         logger.error("audit entry could not be written: %s", type(exc).__name__)
 
 
@@ -84,7 +85,7 @@ async def keep_pruned(trail: AuditTrail, retention: timedelta) -> None:
     while True:
         try:
             dropped = await anyio.to_thread.run_sync(trail.prune, datetime.now(UTC) - retention)
-        except OSError as exc:
+        except (OSError, StormbufferError) as exc:
             logger.error("audit trail could not be pruned: %s", type(exc).__name__)
         else:
             if dropped:

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from stormbuffer.auth import PROTOCOL_OPERATIONS, Principal, Refused, authorize
-from stormbuffer.auth.audit import AuditTrail
+from stormbuffer.auth.storage import AuditTrail
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.protocol.errors import from_core
 from stormbuffer.protocol.invoke import failure, handle
