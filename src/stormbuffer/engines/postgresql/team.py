@@ -4,12 +4,16 @@
 Every call is one short transaction of its own, so every server of the store, on any host, sees a
 token made, revoked or rotated, an audit entry or a session as soon as the call returns: a token is
 checked against the table on every request (by its public id, the primary key), never cached. The
-tables are created on first use in a process when a store made before them lacks them.
+calls each request makes (a token or session lookup, an audit append) are one statement each, on a
+connection the thread keeps open in autocommit (`_one_statement`): one round trip, not a pool
+checkout, its ping and a transaction. The tables are created on first use in a process when a
+store made before them lacks them.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,13 +24,14 @@ from ...auth.sessions import MAX_SESSIONS
 from ...auth.storage import Bound
 from ...auth.tokens import TeamToken, TokenError
 from ...core.stores import StorePaths, record_scope
-from .database import connection, database_url
+from .database import connection, database_url, engine_for, talking_to
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from sqlalchemy import Connection, Executable, Row
 
 PAGE = 1000  # audit entries read per query
 _ready: set[str] = set()  # the URLs whose team tables this process has made sure of
+_held = threading.local()  # `connections`: URL → this thread's open autocommit connection
 
 
 class _Tables:
@@ -52,6 +57,28 @@ def _create_tables(variable: str) -> None:
         metadata.create_all(conn, tables=list(TEAM_TABLES))
 
 
+def _one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
+    """The rows of one statement, run on this thread's open connection in autocommit (opened when
+    missing; a connection the server dropped is replaced once)."""
+    from sqlalchemy.exc import DBAPIError
+
+    url = database_url(variable)
+    held: dict[str, Connection] = _held.__dict__.setdefault("connections", {})
+    with talking_to(variable):
+        for attempt in (1, 2):
+            conn = held.get(url)
+            if conn is None or conn.invalidated or conn.closed:
+                conn = held[url] = engine_for(url).execution_options(isolation_level="AUTOCOMMIT").connect()
+            try:
+                result = conn.execute(statement)
+                return result.all() if result.returns_rows else []
+            except DBAPIError as exc:
+                held.pop(url).close()
+                if not exc.connection_invalidated or attempt == 2:
+                    raise
+    raise AssertionError("unreachable")
+
+
 class TokenTable(_Tables):
     """The `TokenStorage` of a PostgreSQL store."""
 
@@ -67,9 +94,8 @@ class TokenTable(_Tables):
         from .schema import team_tokens
 
         query = team_tokens.select().where(team_tokens.c.store == self.store, team_tokens.c.id == token_id)
-        with connection(self.variable) as conn:
-            row = conn.execute(query).first()
-        return None if row is None else _token(row)
+        rows = _one_statement(self.variable, query)
+        return _token(rows[0]) if rows else None
 
     def add(self, entry: TeamToken) -> None:
         with connection(self.variable) as conn:
@@ -127,8 +153,7 @@ class AuditTable(_Tables):
             "records": [str(record) for record in entry.get("records", ())],
             "entry": json.dumps(entry, ensure_ascii=False, separators=(",", ":")),
         }  # fmt: skip
-        with connection(self.variable) as conn:
-            conn.execute(team_audit.insert().values(**row))
+        _one_statement(self.variable, team_audit.insert().values(**row))
 
     def prune(self, before: datetime) -> int:
         from .schema import team_audit
@@ -185,9 +210,8 @@ class SessionTable(_Tables):
             team_sessions.c.key == key,
             team_sessions.c.opened_at >= _ago(lifetime_s),
         )
-        with connection(self.variable) as conn:
-            row = conn.execute(query).first()
-        return None if row is None else Bound(row.token_id, row.sha256)
+        rows = _one_statement(self.variable, query)
+        return Bound(rows[0].token_id, rows[0].sha256) if rows else None
 
     def close(self, key: str) -> None:
         from .schema import team_sessions
