@@ -21,6 +21,7 @@ import pytest
 
 from tests.helpers import Sandbox, link_tree
 from tests.http.conftest import TIMEOUT, Server, sandbox_with_stores, start
+from tests.postgres import PASSWORD, PostgresServer
 
 from .test_server import REMEMBER, secret_of
 
@@ -80,7 +81,7 @@ def replicas(tmp_path: Path, acquired_models: Path, postgres_url: str) -> Iterat
     for server in (a, b):
         assert server.stop() == 0
         for line in server.log:
-            assert "Traceback" not in line and VARIABLE not in line
+            assert "Traceback" not in line and VARIABLE not in line and "sbt_" not in line
 
 
 def test_tokens_made_revoked_and_rotated_on_one_host_hold_on_the_other(replicas: Replicas) -> None:
@@ -241,3 +242,28 @@ def test_a_token_is_refused_by_another_directory_store(tmp_path: Path) -> None:
     finally:
         for server in (x, y):
             assert server.stop() == 0
+
+
+def test_a_database_gone_is_a_sanitized_answer_and_never_a_leak(
+    tmp_path: Path, acquired_models: Path, postgres_server: PostgresServer
+) -> None:
+    name = postgres_server.create_database().split("?", 1)[0].rsplit("/", 1)[1]
+    url = postgres_server.tcp_url(name)  # with a password, which must appear nowhere
+    server = start(host(tmp_path / "a", acquired_models, url), "--team")
+    try:
+        token = make_token(server.box, "rita", "reader")
+        assert call(server, token, "GET", "/v1/records").status_code == 200
+        postgres_server.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        for _ in range(2):  # its connections are gone, and so is the database
+            answer = call(server, token, "GET", "/v1/records")
+            assert answer.status_code == 500 and answer.json()["error"]["code"] == "internal_error"
+            for secret in (PASSWORD, secret_of(token), name, str(postgres_server.port)):
+                assert secret not in answer.text
+        listed = server.box.sbuf("--project", "team", "token", "list")
+        assert listed.returncode == 1 and "cannot be used" in listed.stderr and "Traceback" not in listed.stderr
+    finally:
+        assert server.stop() == 0
+    log = "".join(server.log)
+    assert "Traceback" not in log
+    for secret in (PASSWORD, secret_of(token), f":{postgres_server.port}"):
+        assert secret not in log and secret not in listed.stderr
