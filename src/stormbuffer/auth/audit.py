@@ -65,6 +65,8 @@ def bounded(entry: dict[str, Any]) -> dict[str, Any]:
 class AuditFile:
     """The `AuditTrail` of a directory store: `<store>/team/audit.jsonl`."""
 
+    waits = False
+
     def __init__(self, paths: StorePaths) -> None:
         self.folder = paths.root / TEAM_DIR
         self.file = self.folder / AUDIT_FILE

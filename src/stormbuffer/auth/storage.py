@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 class TokenStorage(Protocol):
     """The token entries of one store (never a token itself, only its hash)."""
 
+    waits: bool  # whether a lookup waits on the network (a database): a door makes it off its event loop
+
     def entries(self) -> list[TeamToken]:
         """Every entry, revoked and expired ones included, oldest first."""
         ...
@@ -53,6 +55,8 @@ class TokenStorage(Protocol):
 
 class AuditTrail(Protocol):
     """The audit trail of one store: only ever appended, pruned by age."""
+
+    waits: bool  # whether an append waits on the network (a database): a door makes it off its event loop
 
     def append(self, entry: dict[str, Any]) -> None:
         """Add `entry` (its `records` bounded to `audit.MAX_IDS`)."""

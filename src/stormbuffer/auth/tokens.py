@@ -167,6 +167,8 @@ class TeamTokens:
 class TokenFile:
     """The `TokenStorage` of a directory store: `<store>/team/tokens.toml`."""
 
+    waits = False
+
     def __init__(self, paths: StorePaths) -> None:
         self.paths = paths
         self.folder = paths.root / TEAM_DIR

@@ -114,7 +114,10 @@ class AuditRequests:
             nonlocal appended
             if message["type"] == "http.response.start" and not appended:
                 appended = True  # before the answer leaves: a client that got it finds the entry
-                self._append(scope, message["status"])
+                if self.trail.waits:  # a database's round trip, off the event loop
+                    await anyio.to_thread.run_sync(self._append, scope, message["status"])
+                else:
+                    self._append(scope, message["status"])
             await send(message)
 
         try:

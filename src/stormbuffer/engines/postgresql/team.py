@@ -37,6 +37,8 @@ _held = threading.local()  # `connections`: URL → this thread's open autocommi
 class _Tables:
     """What the three storages share: the store's scope and a connection to tables that exist."""
 
+    waits = True
+
     def __init__(self, paths: StorePaths, variable: str) -> None:
         self.store = record_scope(paths)
         self.variable = variable
@@ -71,7 +73,7 @@ def _one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
                 conn = held[url] = engine_for(url).execution_options(isolation_level="AUTOCOMMIT").connect()
             try:
                 result = conn.execute(statement)
-                return result.all() if result.returns_rows else []
+                return list(result.all()) if result.returns_rows else []
             except DBAPIError as exc:
                 held.pop(url).close()
                 if not exc.connection_invalidated or attempt == 2:
