@@ -12,6 +12,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def test_tokens_made_revoked_and_rotated_on_one_host_hold_on_the_other(replicas:
     assert [(e["name"], e["role"], e["state"]) for e in entries] == [
         ("rita", "reader", "revoked"), ("bot", "agent", "revoked"), ("bot", "agent", "active"),
     ]  # fmt: skip
-    assert entries[1]["scopes"] == entries[2]["scopes"] and entries[1]["expires_at"] == entries[2]["expires_at"]
+    assert entries[1]["scopes"] == entries[2]["scopes"] and lifetime(entries[1]) == lifetime(entries[2])
     missing = a.box.sbuf("--project", "team", "token", "rotate", "rita")
     assert missing.returncode == 1 and "no unrevoked token is named rita" in missing.stderr
 
@@ -119,6 +120,10 @@ def test_tokens_made_revoked_and_rotated_on_one_host_hold_on_the_other(replicas:
         kept = json.dumps(conn.execute("SELECT * FROM stormbuffer.team_tokens").fetchall(), default=str)
     for token in (rita, bot, fresh):
         assert secret_of(token) not in kept
+
+
+def lifetime(entry: dict[str, Any]) -> timedelta:
+    return datetime.fromisoformat(entry["expires_at"]) - datetime.fromisoformat(entry["created_at"])
 
 
 def test_both_servers_requests_are_in_one_trail_and_one_history(replicas: Replicas) -> None:
@@ -267,3 +272,20 @@ def test_a_database_gone_is_a_sanitized_answer_and_never_a_leak(
     assert "Traceback" not in log
     for secret in (PASSWORD, secret_of(token), f":{postgres_server.port}"):
         assert secret not in log and secret not in listed.stderr
+
+
+def test_rotating_keeps_the_lifetime_and_renews_an_expired_token(tmp_path: Path) -> None:
+    box = sandbox_with_stores(tmp_path / "x", None)
+    made = box.sbuf("--project", "team", "token", "create", "--name", "ci", "--role", "agent", "--expires", "12h")
+    assert made.returncode == 0, made.stderr
+    tokens = box.project_root / "team" / "tokens.toml"
+    text = tokens.read_text(encoding="utf-8")
+    tokens.write_text(re.sub(r"(created_at = )\S+", r"\g<1>2020-01-01T00:00:00Z", text), encoding="utf-8")
+    tokens.write_text(re.sub(r"(expires_at = )\S+", r"\g<1>2020-01-01T12:00:00Z", tokens.read_text()), encoding="utf-8")
+    listed = box.sbuf("--project", "team", "token", "list", "--json")
+    assert [entry["state"] for entry in json.loads(listed.stdout)] == ["expired"]
+    rotated = box.sbuf("--project", "team", "token", "rotate", "ci")
+    assert rotated.returncode == 0, rotated.stderr
+    entries = json.loads(box.sbuf("--project", "team", "token", "list", "--json").stdout)
+    assert [entry["state"] for entry in entries] == ["revoked", "active"]
+    assert lifetime(entries[1]) == timedelta(hours=12) and entries[1]["audience"] == entries[0]["audience"]

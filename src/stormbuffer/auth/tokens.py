@@ -130,12 +130,14 @@ class TeamTokens:
         return self.storage.revoke(name, now())
 
     def rotate(self, name: str) -> str:
-        """A new token for `name` with the role, scopes and expiry of its current one, which is
-        revoked in the same step (the new token itself, shown once)."""
+        """A new token for `name` with the role, scopes and lifetime (from now) of its current one,
+        which is revoked in the same step (the new token itself, shown once)."""
         made: list[str] = []
 
         def successor(old: TeamToken) -> TeamToken:
-            token, entry = self._made(old.name, old.role, old.scopes, now(), old.expires_at)
+            at = now()
+            expires = None if old.expires_at is None else at + (old.expires_at - old.created_at)
+            token, entry = self._made(old.name, old.role, old.scopes, at, expires)
             made.append(token)
             return entry
 

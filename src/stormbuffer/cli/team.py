@@ -102,7 +102,7 @@ def revoke(name: str) -> None:
 
 @token.command(
     "rotate",
-    help="Replace the token named NAME by a new one with its role, scopes and expiry; "
+    help="Replace the token named NAME by a new one with its role, scopes and lifetime (from now); "
     "the old one is refused at once. The new one is printed once, on the last line.",
 )
 @click.argument("name")
