@@ -8,7 +8,8 @@ most 1 ms at p50.
 Then the same token check and audit append for a store on PostgreSQL (the tests' real server, on
 its Unix socket), where both are a query of the store's database, paired with the directory
 store's: the two alternate round by round, so a machine busy with other work slows both alike, and
-the ratios are the figures to compare; and a prune of `--entries` rows, half of them old.
+the ratios are the figures to compare; beside them a bare round trip (`SELECT 1` from psycopg),
+the floor of any query; and a prune of `--entries` rows, half of them old.
 
     .venv/bin/python bench/team_limits.py [--entries 100000] [--no-postgresql]
 """
@@ -123,9 +124,14 @@ def measure_postgresql(directory: Sandbox, base: Path, entries: int) -> dict[str
             trail = audit_trail(paths)  # the last one, PostgreSQL's, is pruned below
             calls[f"{engine}_token_check"] = lambda c=credentials, r=request: c.principal(r)  # type: ignore[misc]
             calls[f"{engine}_audit_append"] = lambda t=trail: t.append({"at": "2026-12-06T00:00:00Z", **ENTRY})
-        measured = paired({name: call for name, call in calls.items() if name.endswith("token_check")}, 300)
-        measured |= paired({name: call for name, call in calls.items() if name.endswith("audit_append")}, 100)
         import psycopg
+
+        bare = psycopg.connect(url, autocommit=True)  # the floor: one round trip, nothing else
+        calls["postgresql_bare_round_trip"] = lambda: bare.execute("SELECT 1").fetchone()
+        checks = ("token_check", "round_trip")
+        measured = paired({name: call for name, call in calls.items() if name.endswith(checks)}, 300)
+        bare.close()
+        measured |= paired({name: call for name, call in calls.items() if name.endswith("audit_append")}, 100)
 
         with psycopg.connect(url) as conn:
             conn.execute("INSERT INTO stormbuffer.team_audit (store, at, who, records, entry) SELECT %s, "
