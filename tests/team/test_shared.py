@@ -289,3 +289,30 @@ def test_rotating_keeps_the_lifetime_and_renews_an_expired_token(tmp_path: Path)
     entries = json.loads(box.sbuf("--project", "team", "token", "list", "--json").stdout)
     assert [entry["state"] for entry in entries] == ["revoked", "active"]
     assert lifetime(entries[1]) == timedelta(hours=12) and entries[1]["audience"] == entries[0]["audience"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_mcp_calls_through_either_server_are_in_the_shared_trail(replicas: Replicas, anyio_backend: str) -> None:
+    from tests.mcp.conftest import call as call_tool
+
+    from .test_mcp import RECALL, remote
+    from .test_server import Team
+
+    tokens = {"rita": make_token(replicas.a.box, "rita", "reader"), "bot": make_token(replicas.b.box, "bot", "agent")}
+    through_a, through_b = Team(replicas.a), Team(replicas.b)
+    through_a.tokens = through_b.tokens = tokens
+    async with remote(through_a, "bot") as client:
+        remembered = await call_tool(client, "memory_remember", {**REMEMBER, "body": "Magnetar releases ship."})
+    assert remembered["ok"] is True, remembered
+    written = remembered["result"]["record_id"]
+    async with remote(through_b, "rita") as client:
+        assert (await call_tool(client, "memory_recall", RECALL))["ok"] is True
+        got = await client.read_resource(f"stormbuffer://record/{written}")
+        assert json.loads(got.contents[0].text)["id"] == written  # type: ignore[union-attr]
+    for box in (replicas.a.box, replicas.b.box):
+        seen = [(e["who"], e["door"], e["request"], e["status"]) for e in audit(box) if e["door"] == "mcp"]
+        assert seen == [
+            ("bot", "mcp", "tools/call memory_remember", 200), ("rita", "mcp", "tools/call memory_recall", 200),
+            ("rita", "mcp", "resources/read", 200),
+        ]  # fmt: skip

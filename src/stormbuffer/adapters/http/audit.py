@@ -8,14 +8,15 @@ appends, as the answer starts, who asked (the principal's name, None without a v
 when, the door (`http`), the operation `allow` was asked for (None when refused before), the
 method and path (never the query), the status, the record id the path names and the record ids
 and receipt id a route noted with `note`. Nothing from the request's headers or body is kept.
-`keep_pruned` applies a retention (`sbuf serve --team --audit-retention`).
+`keep_pruned` applies a retention (`sbuf serve --team --audit-retention`); `off_the_loop` makes an
+append that waits on a database (a PostgreSQL store's trail) on a worker thread.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -79,6 +80,14 @@ def append_entry(trail: AuditTrail, caller: Principal | None, door: str, operati
         logger.error("audit entry could not be written: %s", type(exc).__name__)
 
 
+async def off_the_loop(trail: AuditTrail, append: Callable[..., None], *args: Any) -> None:
+    """`append(*args)`, on a worker thread when appending to `trail` waits on a database."""
+    if trail.waits:
+        await anyio.to_thread.run_sync(append, *args)
+    else:
+        append(*args)
+
+
 async def keep_pruned(trail: AuditTrail, retention: timedelta) -> None:
     """Drop the entries of `trail` older than `retention`, now and every `PRUNE_EVERY_S`, on a worker
     thread; a failure is logged by class name and tried again next time."""
@@ -114,10 +123,7 @@ class AuditRequests:
             nonlocal appended
             if message["type"] == "http.response.start" and not appended:
                 appended = True  # before the answer leaves: a client that got it finds the entry
-                if self.trail.waits:  # a database's round trip, off the event loop
-                    await anyio.to_thread.run_sync(self._append, scope, message["status"])
-                else:
-                    self._append(scope, message["status"])
+                await off_the_loop(self.trail, self._append, scope, message["status"])
             await send(message)
 
         try:
