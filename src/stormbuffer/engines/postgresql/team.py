@@ -4,16 +4,15 @@
 Every call is one short transaction of its own, so every server of the store, on any host, sees a
 token made, revoked or rotated, an audit entry or a session as soon as the call returns: a token is
 checked against the table on every request (by its public id, the primary key), never cached. The
-calls each request makes (a token or session lookup, an audit append) are one statement each, on a
-connection the thread keeps open in autocommit (`_one_statement`): one round trip, not a pool
-checkout, its ping and a transaction. The tables are created on first use in a process when a
+calls each request makes (a token or session lookup, an audit append) are one statement each, in
+autocommit on a pool that does not ping (`_one_statement`): one round trip, not a ping, a
+transaction's start and its commit. The tables are created on first use in a process when a
 store made before them lacks them.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,14 +23,13 @@ from ...auth.sessions import MAX_SESSIONS
 from ...auth.storage import Bound
 from ...auth.tokens import TeamToken, TokenError
 from ...core.stores import StorePaths, record_scope
-from .database import connection, database_url, engine_for, talking_to
+from .database import autocommit_engine_for, connection, database_url, talking_to
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Executable, Row
 
 PAGE = 1000  # audit entries read per query
 _ready: set[str] = set()  # the URLs whose team tables this process has made sure of
-_held = threading.local()  # `connections`: URL → this thread's open autocommit connection
 
 
 class _Tables:
@@ -60,22 +58,18 @@ def _create_tables(variable: str) -> None:
 
 
 def _one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
-    """The rows of one statement, run on this thread's open connection in autocommit (opened when
-    missing; a connection the server dropped is replaced once)."""
+    """The rows of one statement, run in autocommit (tried once more on a fresh connection when the
+    server had dropped the pooled one)."""
     from sqlalchemy.exc import DBAPIError
 
-    url = database_url(variable)
-    held: dict[str, Connection] = _held.__dict__.setdefault("connections", {})
+    engine = autocommit_engine_for(database_url(variable))
     with talking_to(variable):
         for attempt in (1, 2):
-            conn = held.get(url)
-            if conn is None or conn.invalidated or conn.closed:
-                conn = held[url] = engine_for(url).execution_options(isolation_level="AUTOCOMMIT").connect()
             try:
-                result = conn.execute(statement)
-                return list(result.all()) if result.returns_rows else []
+                with engine.connect() as conn:
+                    result = conn.execute(statement)
+                    return list(result.all()) if result.returns_rows else []
             except DBAPIError as exc:
-                held.pop(url).close()
                 if not exc.connection_invalidated or attempt == 2:
                     raise
     raise AssertionError("unreachable")
