@@ -37,7 +37,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from stormbuffer.adapters.http.access import Credentials  # noqa: E402
 from stormbuffer.auth import Role  # noqa: E402
-from stormbuffer.auth.audit import AuditTrail  # noqa: E402
+from stormbuffer.auth.audit import AuditFile  # noqa: E402
 from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
 from stormbuffer.core.stores import PlatformDirs, View, record_scope, resolve_store  # noqa: E402
 from tests.helpers import SBUF, Sandbox, record_markdown  # noqa: E402
@@ -76,7 +76,7 @@ def in_process(box: Sandbox) -> tuple[dict[str, float], str, str]:
     scope = {"type": "http", "path": "/v1/records", "server": ("127.0.0.1", 7342),
              "headers": [(b"host", b"127.0.0.1:7342"), (b"authorization", f"Bearer {token}".encode())]}  # fmt: skip
     assert credentials.principal(scope) is not None
-    trail = AuditTrail(paths)
+    trail = AuditFile(paths)
     entry = {"at": "2026-01-01T00:00:00Z", "who": "member-1", "door": "http", "operation": "get",
              "request": "GET /v1/records", "status": 200, "records": [], "receipt": None}  # fmt: skip
     return (

@@ -1,4 +1,4 @@
-"""Audit retention: `AuditTrail.prune` drops old entries while other processes keep appending, and
+"""Audit retention: `AuditFile.prune` drops old entries while other processes keep appending, and
 loses none of theirs; `sbuf serve --team --audit-retention` prunes a real store's trail."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stormbuffer.auth.audit import AuditTrail, Filter
+from stormbuffer.auth.audit import AuditFile, Filter
 from stormbuffer.core.stores import StorePaths
 from tests.http.conftest import TIMEOUT, sandbox_with_stores, start
 
@@ -25,11 +25,11 @@ CUTOFF = datetime(2021, 1, 1, tzinfo=UTC)
 APPEND = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from stormbuffer.auth.audit import AuditTrail
+    from stormbuffer.auth.audit import AuditFile
     from stormbuffer.core.stores import StorePaths
 
     root, name, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    trail = AuditTrail(StorePaths("project", root, root / "cache"))
+    trail = AuditFile(StorePaths("project", root, root / "cache"))
     for n in range(count):
         at = "2020-06-01T00:00:00Z" if n % 2 else "2026-12-06T00:00:00Z"
         trail.append({"at": at, "who": name, "door": "http", "operation": "get", "request": f"GET /{n}",
@@ -38,7 +38,7 @@ APPEND = textwrap.dedent("""
 
 
 def test_pruning_while_others_append_loses_no_new_entry(tmp_path: Path) -> None:
-    trail = AuditTrail(StorePaths("project", tmp_path, tmp_path / "cache"))
+    trail = AuditFile(StorePaths("project", tmp_path, tmp_path / "cache"))
     for n in range(200):
         trail.append({"at": "2019-01-01T00:00:00Z", "who": "old", "request": f"GET /{n}", "records": []})
     appenders = [subprocess.Popen([sys.executable, "-c", APPEND, str(tmp_path), f"writer{index}", str(EACH)])
@@ -59,7 +59,7 @@ def test_pruning_while_others_append_loses_no_new_entry(tmp_path: Path) -> None:
 
 
 def test_a_damaged_line_is_kept_and_an_empty_trail_is_no_error(tmp_path: Path) -> None:
-    trail = AuditTrail(StorePaths("project", tmp_path, tmp_path / "cache"))
+    trail = AuditFile(StorePaths("project", tmp_path, tmp_path / "cache"))
     assert trail.prune(CUTOFF) == 0
     trail.append({"at": "2019-01-01T00:00:00Z", "who": "old"})
     with trail.file.open("a", encoding="utf-8") as handle:

@@ -1,11 +1,14 @@
 """The team server's audit trail: who read or wrote which records, when, through which door.
 
+An entry is one JSON object: the time, the principal's name (None when no valid token was sent),
+the door, the operation, the answer's status, the record ids the request named, returned or wrote
+(at most `MAX_IDS`, then how many more: `bounded`) and the receipt id of a context; never a token,
+a secret or a record's text. A PostgreSQL store keeps its trail in its database
+(`storage.audit_trail`); a directory store in a file, `AuditFile`:
+
 One JSON object per line in `<store>/team/audit.jsonl` (0600, in the 0700 team directory), only ever
 appended: each entry is one `write` to a file opened with `O_APPEND`, so concurrent servers of the
-store never interleave entries. An entry holds the time, the principal's name (None when no valid
-token was sent), the door, the operation, the answer's status, the record ids the request named,
-returned or wrote (at most `MAX_IDS`, then how many more) and the receipt id of a context; never a
-token, a secret or a record's text.
+store never interleave entries.
 
 `prune` drops the entries older than a time. It sorts the lines out without a lock, then holds the
 file's exclusive lock while it adds what was appended meanwhile, writes the result to a new file
@@ -48,11 +51,21 @@ class Filter:
             return False
         if self.record is not None and self.record not in entry.get("records", ()):
             return False
-        return self.since is None or _time(entry.get("at")) >= self.since
+        return self.since is None or entry_time(entry.get("at")) >= self.since
 
 
-class AuditTrail:
-    """The audit trail of one store."""
+def bounded(entry: dict[str, Any]) -> dict[str, Any]:
+    """`entry` with at most `MAX_IDS` record ids, and how many more it had."""
+    records = list(entry.get("records", ()))
+    if len(records) > MAX_IDS:
+        return {**entry, "records": records[:MAX_IDS], "more_records": len(records) - MAX_IDS}
+    return entry
+
+
+class AuditFile:
+    """The `AuditTrail` of a directory store: `<store>/team/audit.jsonl`."""
+
+    waits = False
 
     def __init__(self, paths: StorePaths) -> None:
         self.folder = paths.root / TEAM_DIR
@@ -60,10 +73,7 @@ class AuditTrail:
 
     def append(self, entry: dict[str, Any]) -> None:
         """Add `entry` (its `records` bounded to `MAX_IDS`) as one line."""
-        records = list(entry.get("records", ()))
-        if len(records) > MAX_IDS:
-            entry = {**entry, "records": records[:MAX_IDS], "more_records": len(records) - MAX_IDS}
-        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = json.dumps(bounded(entry), ensure_ascii=False, separators=(",", ":")) + "\n"
         self.folder.mkdir(mode=0o700, exist_ok=True)
         while True:
             fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -155,19 +165,20 @@ def _older(line: bytes, before: datetime) -> bool:
     """Whether `line` is an entry from before `before` (a damaged line is not)."""
     leading = LEADING_TIME.match(line)  # how `append` writes them: parsing the line whole is slower
     if leading is not None:
-        return _time(leading.group(1).decode("ascii")) < before
+        return entry_time(leading.group(1).decode("ascii")) < before
     try:
         entry = json.loads(line)
     except ValueError:
         return False
-    return isinstance(entry, dict) and "at" in entry and _time(entry["at"]) < before
+    return isinstance(entry, dict) and "at" in entry and entry_time(entry["at"]) < before
 
 
 def _open(path: Path) -> Any:
     return open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), encoding="utf-8", errors="replace")
 
 
-def _time(value: object) -> datetime:
+def entry_time(value: object) -> datetime:
+    """An entry's `at` as a time (the earliest time when it is not one)."""
     try:
         return datetime.fromisoformat(str(value))
     except ValueError:

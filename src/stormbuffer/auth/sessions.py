@@ -2,32 +2,32 @@
 random session id in a cookie instead.
 
 Each session is bound to the token that opened it (its id and hash, never the token): every lookup
-asks the store's token file again (`TeamTokens.entries` rereads it when it changed), so a revoked
-or expired token ends its sessions at the next request, and the principal always carries the
-token's current role and scopes. Sessions live in this server process only: they end after
-`LIFETIME` or when the server stops, and at most `MAX_SESSIONS` are kept (the oldest go first).
+asks the store's tokens again, so a revoked or expired token ends its sessions at the next
+request, and the principal always carries the token's current role and scopes. A session ends
+after `LIFETIME_S`, and at most `MAX_SESSIONS` are kept (the oldest go first). Only the SHA-256 of a
+session id is kept, where the store's storage says (`storage.session_storage`): for a directory
+store in the serving process (`SessionMemory`: they end when it stops), for a PostgreSQL store in
+its database (every server of the store knows them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass
 
 from .principals import Principal
+from .storage import Bound, session_storage
 from .tokens import TeamToken, TeamTokens, TokenError, now
 
 LIFETIME_S = 12 * 3600
 MAX_SESSIONS = 10_000
 
 
-@dataclass(frozen=True)
-class _Bound:
-    token_id: str
-    digest: str
-    opened: float
+def _key(session: str) -> str:
+    return hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()
 
 
 class TeamSessions:
@@ -36,8 +36,7 @@ class TeamSessions:
     def __init__(self, tokens: TeamTokens, lifetime_s: float = LIFETIME_S) -> None:
         self.tokens = tokens
         self.lifetime_s = lifetime_s
-        self._sessions: dict[str, _Bound] = {}
-        self._lock = threading.Lock()
+        self.storage = session_storage(tokens.paths)
 
     def open(self, token: str) -> tuple[str, Principal] | None:
         """A new session id and its principal when `token` is an active team token, else None."""
@@ -48,37 +47,54 @@ class TeamSessions:
         if entry is None or state != "active":
             return None
         session = secrets.token_urlsafe(32)
-        with self._lock:
-            self._prune(time.monotonic())
-            while len(self._sessions) >= MAX_SESSIONS:
-                del self._sessions[next(iter(self._sessions))]
-            self._sessions[session] = _Bound(entry.id, entry.digest, time.monotonic())
+        self.storage.open(_key(session), Bound(entry.id, entry.digest), self.lifetime_s)
         return session, entry.principal()
 
     def principal(self, session: str) -> Principal | None:
         """Who holds `session`: None when it is unknown, too old, or its token is no longer active."""
-        with self._lock:
-            bound = self._sessions.get(session)
-        if bound is None or time.monotonic() - bound.opened > self.lifetime_s:
+        bound = self.storage.bound(_key(session), self.lifetime_s)
+        if bound is None:
             return None
         entry = self._entry(bound)
         return entry.principal() if entry is not None else None
 
     def close(self, session: str) -> None:
         """End `session` (signing out)."""
-        with self._lock:
-            self._sessions.pop(session, None)
+        self.storage.close(_key(session))
 
-    def _entry(self, bound: _Bound) -> TeamToken | None:
+    def _entry(self, bound: Bound) -> TeamToken | None:
         try:
-            entries = self.tokens.entries()
+            entry = self.tokens.storage.with_id(bound.token_id)
         except TokenError:
             return None
-        for entry in entries:
-            if entry.id == bound.token_id and hmac.compare_digest(entry.digest, bound.digest):
-                return entry if entry.state(now()) == "active" else None
-        return None
+        if entry is None or not hmac.compare_digest(entry.digest, bound.digest) or not self.tokens.admits(entry):
+            return None
+        return entry if entry.state(now()) == "active" else None
 
-    def _prune(self, at: float) -> None:
-        for session in [s for s, bound in self._sessions.items() if at - bound.opened > self.lifetime_s]:
-            del self._sessions[session]
+
+class SessionMemory:
+    """The `SessionStorage` of a directory store's server: a dictionary of this process."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, tuple[Bound, float]] = {}  # key → (bound, opened on the monotonic clock)
+        self._lock = threading.Lock()
+
+    def open(self, key: str, bound: Bound, lifetime_s: float) -> None:
+        at = time.monotonic()
+        with self._lock:
+            for old in [k for k, (_, opened) in self._sessions.items() if at - opened > lifetime_s]:
+                del self._sessions[old]
+            while len(self._sessions) >= MAX_SESSIONS:
+                del self._sessions[next(iter(self._sessions))]
+            self._sessions[key] = (bound, at)
+
+    def bound(self, key: str, lifetime_s: float) -> Bound | None:
+        with self._lock:
+            found = self._sessions.get(key)
+        if found is None or time.monotonic() - found[1] > lifetime_s:
+            return None
+        return found[0]
+
+    def close(self, key: str) -> None:
+        with self._lock:
+            self._sessions.pop(key, None)

@@ -2,11 +2,16 @@
 
 A token reads `sbt_<id>_<secret>`: `id` (12 hex digits) is not secret and finds the entry, the
 secret is 256 random bits. Only the SHA-256 of the whole token is kept, compared in constant time.
-The entries live with the store, in `<store>/team/tokens.toml` (directory 0700, file 0600, ignored
-by the store's `.gitignore` like everything outside `records/`), replaced atomically under the
-store's mutation lock, so every process serving the store sees the same tokens. Each entry names
-its holder (the `actor` of what it writes), its role, its scopes, when it was made, when it
-expires and, once revoked, when.
+Each entry names its holder (the `actor` of what it writes), its role, its scopes, its audience
+(the store it was made for: its record scope), when it was made, when it expires and, once
+revoked, when. A token is accepted only by servers of its audience's store; an entry made before
+audiences were kept belongs to the store that holds it.
+
+The entries live with the store (`storage.token_storage`): a directory store keeps them in
+`<store>/team/tokens.toml` (`TokenFile`: directory 0700, file 0600, ignored by the store's
+`.gitignore` like everything outside `records/`, replaced atomically under the store's mutation
+lock), a PostgreSQL store in its database. Either way every process serving the store sees the
+same tokens, and a revocation at once.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import re
 import secrets
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -26,9 +31,10 @@ from stormbuffer.core.atomic import write_atomic
 from stormbuffer.core.codec import toml_string
 from stormbuffer.core.errors import StormbufferError
 from stormbuffer.core.locks import exclusive_lock
-from stormbuffer.core.stores import StorePaths
+from stormbuffer.core.stores import StorePaths, record_scope
 
 from .principals import Principal, Role
+from .storage import token_storage
 
 TEAM_DIR = "team"
 TOKENS_FILE = "tokens.toml"
@@ -56,6 +62,7 @@ class TeamToken:
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None = None
+    audience: str | None = None  # the record scope of the store it was made for; None: made before audiences
 
     def state(self, now: datetime) -> str:
         """`active`, `expired` or `revoked`."""
@@ -73,7 +80,7 @@ class TeamToken:
         return {
             "name": self.name, "id": self.id, "role": self.role.name.lower(), "scopes": list(self.scopes),
             "created_at": render_time(self.created_at), "expires_at": render_time(self.expires_at),
-            "revoked_at": render_time(self.revoked_at), "state": self.state(now()),
+            "revoked_at": render_time(self.revoked_at), "state": self.state(now()), "audience": self.audience,
         }  # fmt: skip
 
 
@@ -96,7 +103,73 @@ def digest(token: str) -> str:
 
 
 class TeamTokens:
-    """The tokens of one store."""
+    """The tokens of one store: made, checked, revoked and rotated here, kept where its storage says."""
+
+    def __init__(self, paths: StorePaths) -> None:
+        self.paths = paths
+        self.audience = record_scope(paths)
+        self.storage = token_storage(paths)
+
+    def entries(self) -> list[TeamToken]:
+        return self.storage.entries()
+
+    def create(self, name: str, role: Role, scopes: tuple[str, ...], lifetime: timedelta | None) -> str:
+        """A new token for `name` (the token itself, shown once)."""
+        if not NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise TokenError(
+                "a token name is 1 to 64 lowercase letters, digits, `.`, `_` or `-`, "
+                "and not `agent`, `human` or `inference`"
+            )
+        made = now()
+        token, entry = self._made(name, role, scopes, made, made + lifetime if lifetime else None)
+        self.storage.add(entry)
+        return token
+
+    def revoke(self, name: str) -> int:
+        """Revoke every unrevoked token named `name`; how many."""
+        return self.storage.revoke(name, now())
+
+    def rotate(self, name: str) -> str:
+        """A new token for `name` with the role, scopes and lifetime (from now) of its current one,
+        which is revoked in the same step (the new token itself, shown once)."""
+        made: list[str] = []
+
+        def successor(old: TeamToken) -> TeamToken:
+            at = now()
+            expires = None if old.expires_at is None else at + (old.expires_at - old.created_at)
+            token, entry = self._made(old.name, old.role, old.scopes, at, expires)
+            made.append(token)
+            return entry
+
+        self.storage.revoke(name, now(), successor)
+        return made[-1]
+
+    def find(self, token: str) -> tuple[TeamToken | None, str]:
+        """The entry `token` opens and its state, or (None, "unknown"): also for a token of another
+        store (its audience)."""
+        parsed = _TOKEN.fullmatch(token)
+        if parsed is None:
+            return None, "unknown"
+        entry = self.storage.with_id(parsed.group(1))
+        if entry is None or not hmac.compare_digest(entry.digest, digest(token)) or not self.admits(entry):
+            return None, "unknown"
+        return entry, entry.state(now())
+
+    def admits(self, entry: TeamToken) -> bool:
+        """Whether `entry` was made for this store."""
+        return entry.audience is None or entry.audience == self.audience
+
+    def _made(self, name: str, role: Role, scopes: tuple[str, ...], made: datetime,
+              expires: datetime | None) -> tuple[str, TeamToken]:  # fmt: skip
+        token_id = secrets.token_hex(6)
+        token = f"sbt_{token_id}_{secrets.token_urlsafe(32)}"
+        return token, TeamToken(name, token_id, digest(token), role, scopes, made, expires, None, self.audience)
+
+
+class TokenFile:
+    """The `TokenStorage` of a directory store: `<store>/team/tokens.toml`."""
+
+    waits = False
 
     def __init__(self, paths: StorePaths) -> None:
         self.paths = paths
@@ -124,43 +197,25 @@ class TeamTokens:
         self._cached = (signature, tuple(parsed))
         return parsed
 
-    def create(self, name: str, role: Role, scopes: tuple[str, ...], lifetime: timedelta | None) -> str:
-        """A new token for `name` (the token itself, shown once)."""
-        if not NAME.fullmatch(name) or name in RESERVED_NAMES:
-            raise TokenError(
-                "a token name is 1 to 64 lowercase letters, digits, `.`, `_` or `-`, "
-                "and not `agent`, `human` or `inference`"
-            )
-        token_id = secrets.token_hex(6)
-        token = f"sbt_{token_id}_{secrets.token_urlsafe(32)}"
-        made = now()
-        entry = TeamToken(name, token_id, digest(token), role, scopes, made, made + lifetime if lifetime else None)
-        with self._changing() as entries:
-            if any(other.name == name and other.revoked_at is None for other in entries):
-                raise TokenError(f"a token named {name} exists; revoke it first")
-            entries.append(entry)
-        return token
+    def with_id(self, token_id: str) -> TeamToken | None:
+        return next((entry for entry in self.entries() if entry.id == token_id), None)
 
-    def revoke(self, name: str) -> int:
-        """Revoke every unrevoked token named `name`; how many."""
+    def add(self, entry: TeamToken) -> None:
+        with self._changing() as entries:
+            if any(other.name == entry.name and other.revoked_at is None for other in entries):
+                raise TokenError(f"a token named {entry.name} exists; revoke it first")
+            entries.append(entry)
+
+    def revoke(self, name: str, at: datetime, successor: Callable[[TeamToken], TeamToken] | None = None) -> int:
         with self._changing() as entries:
             found = [index for index, entry in enumerate(entries) if entry.name == name and entry.revoked_at is None]
             if not found:
                 raise TokenError(f"no unrevoked token is named {name}")
             for index in found:
-                entries[index] = replace(entries[index], revoked_at=now())
+                entries[index] = replace(entries[index], revoked_at=at)
+            if successor is not None:
+                entries.append(successor(entries[found[-1]]))
         return len(found)
-
-    def find(self, token: str) -> tuple[TeamToken | None, str]:
-        """The entry `token` opens and its state, or (None, "unknown")."""
-        parsed = _TOKEN.fullmatch(token)
-        if parsed is None:
-            return None, "unknown"
-        given = digest(token)
-        for entry in self.entries():
-            if entry.id == parsed.group(1) and hmac.compare_digest(entry.digest, given):
-                return entry, entry.state(now())
-        return None, "unknown"
 
     @contextmanager
     def _changing(self) -> Iterator[list[TeamToken]]:
@@ -182,6 +237,7 @@ def _entry(value: dict[str, object]) -> TeamToken:
         role=Role[str(value["role"]).upper()], scopes=tuple(str(scope) for scope in scopes),
         created_at=_parse(value["created_at"]), expires_at=_parse_optional(value.get("expires_at")),
         revoked_at=_parse_optional(value.get("revoked_at")),
+        audience=str(value["audience"]) if "audience" in value else None,
     )  # fmt: skip
 
 
@@ -211,6 +267,7 @@ def _render_file(entries: list[TeamToken]) -> str:
             "scopes = [" + ", ".join(toml_string(scope) for scope in entry.scopes) + "]",
             f"created_at = {render_time(entry.created_at)}",
         ]
+        lines += [f"audience = {toml_string(entry.audience)}"] if entry.audience else []
         lines += [f"expires_at = {render_time(entry.expires_at)}"] if entry.expires_at else []
         lines += [f"revoked_at = {render_time(entry.revoked_at)}"] if entry.revoked_at else []
         blocks.append("\n".join(lines) + "\n")

@@ -1,9 +1,10 @@
-"""`sbuf [view] team token create|list|revoke`, `sbuf [view] team scope label|list` and `sbuf [view]
+"""`sbuf [view] team token create|list|revoke|rotate`, `sbuf [view] team scope label|list` and `sbuf [view]
 team audit`: the principals of a team server (`sbuf serve --team`), the names of its scopes, and
 what they did.
 
-Tokens and the audit trail live with the selected store (`auth.tokens`, `auth.audit`); `create`
-prints the token once, as its last line of output, and nothing keeps it but a hash.
+Tokens and the audit trail live with the selected store (`auth.tokens`, `auth.audit`: files in its
+directory, or tables of its PostgreSQL database); `create` and `rotate` print the token once, as
+their last line of output, and nothing keeps it but a hash.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def team() -> None:
 team.add_command(database)
 
 
-@team.group("token", help="Create, list and revoke the team tokens of the selected store.")
+@team.group("token", help="Create, list, revoke and rotate the team tokens of the selected store.")
 def token() -> None:
     pass
 
@@ -99,6 +100,23 @@ def revoke(name: str) -> None:
     click.echo(f"Revoked {name}.")
 
 
+@token.command(
+    "rotate",
+    help="Replace the token named NAME by a new one with its role, scopes and lifetime (from now); "
+    "the old one is refused at once. The new one is printed once, on the last line.",
+)
+@click.argument("name")
+def rotate(name: str) -> None:
+    from ..auth.tokens import TokenError
+
+    try:
+        secret = _tokens().rotate(name)
+    except TokenError as exc:
+        fail(str(exc))
+    click.echo(f"Rotated {name}: the old token is refused from now on; the new one is shown once, below.")
+    click.echo(secret)
+
+
 @team.group("scope", help="Name the record scopes of the selected store's team for people.")
 def scope() -> None:
     pass
@@ -148,10 +166,11 @@ def _entries() -> list[TeamToken]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Emit JSON Lines, one entry a line.")
 def audit(who: str | None, record: str | None, since: str | None, as_json: bool) -> None:
-    from ..auth.audit import AuditTrail, Filter
+    from ..auth.audit import Filter
+    from ..auth.storage import audit_trail
 
     wanted = Filter(who, record, _since(since) if since else None)
-    for entry in AuditTrail(_tokens().paths).entries(wanted):
+    for entry in audit_trail(_tokens().paths).entries(wanted):
         if as_json:
             click.echo(json.dumps(entry, ensure_ascii=False))
             continue

@@ -115,7 +115,10 @@ class Credentials:
 
     def may_fetch(self, scope: Scope) -> bool:
         """Whether checking this request's credential may wait on the network (an issuer's JWT,
-        whose keys may need fetching): it is then checked on a worker thread."""
+        whose keys may need fetching; any team token or session of a store whose tokens live in a
+        database): it is then checked on a worker thread."""
+        if self.team is not None and self.team.storage.waits:
+            return True
         if self.oidc is None:
             return False
         scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")

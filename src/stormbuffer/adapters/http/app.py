@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stormbuffer.auth.audit import AuditTrail
+from stormbuffer.auth.storage import AuditTrail, audit_trail
 
 from . import invoke, records, search
 from .access import PUBLIC_PREFIXES, RESOURCE_METADATA, Authenticate, Credentials, resource_metadata
@@ -90,7 +90,7 @@ def build_app(
         from .team_mcp import McpEndpoint
 
         team = team or TeamSettings()
-        trail = AuditTrail(credentials.team.paths)
+        trail = audit_trail(credentials.team.paths)
         mcp = McpEndpoint(store, trail)
         audit, team_routes = [Middleware(AuditRequests, trail=trail)], [mcp.route()]
         lifespan = _team_lifespan(mcp, trail, team.audit_retention)

@@ -8,14 +8,15 @@ appends, as the answer starts, who asked (the principal's name, None without a v
 when, the door (`http`), the operation `allow` was asked for (None when refused before), the
 method and path (never the query), the status, the record id the path names and the record ids
 and receipt id a route noted with `note`. Nothing from the request's headers or body is kept.
-`keep_pruned` applies a retention (`sbuf serve --team --audit-retention`).
+`keep_pruned` applies a retention (`sbuf serve --team --audit-retention`); `off_the_loop` makes an
+append that waits on a database (a PostgreSQL store's trail) on a worker thread.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +25,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormbuffer.auth import Principal
-from stormbuffer.auth.audit import AuditTrail
+from stormbuffer.auth.storage import AuditTrail
+from stormbuffer.core.errors import StormbufferError
 
 logger = logging.getLogger("stormbuffer.http")
 MCP_PATH = "/mcp"
@@ -74,8 +76,16 @@ def append_entry(trail: AuditTrail, caller: Principal | None, door: str, operati
     }
     try:
         trail.append(entry)
-    except OSError as exc:
+    except (OSError, StormbufferError) as exc:  # a full disk, a database out of reach
         logger.error("audit entry could not be written: %s", type(exc).__name__)
+
+
+async def off_the_loop(trail: AuditTrail, append: Callable[..., None], *args: Any) -> None:
+    """`append(*args)`, on a worker thread when appending to `trail` waits on a database."""
+    if trail.waits:
+        await anyio.to_thread.run_sync(append, *args)
+    else:
+        append(*args)
 
 
 async def keep_pruned(trail: AuditTrail, retention: timedelta) -> None:
@@ -84,7 +94,7 @@ async def keep_pruned(trail: AuditTrail, retention: timedelta) -> None:
     while True:
         try:
             dropped = await anyio.to_thread.run_sync(trail.prune, datetime.now(UTC) - retention)
-        except OSError as exc:
+        except (OSError, StormbufferError) as exc:
             logger.error("audit trail could not be pruned: %s", type(exc).__name__)
         else:
             if dropped:
@@ -113,7 +123,7 @@ class AuditRequests:
             nonlocal appended
             if message["type"] == "http.response.start" and not appended:
                 appended = True  # before the answer leaves: a client that got it finds the entry
-                self._append(scope, message["status"])
+                await off_the_loop(self.trail, self._append, scope, message["status"])
             await send(message)
 
         try:

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from stormbuffer.auth import PROTOCOL_OPERATIONS, Principal, Refused, authorize
-from stormbuffer.auth.audit import AuditTrail
+from stormbuffer.auth.storage import AuditTrail
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.protocol.errors import from_core
 from stormbuffer.protocol.invoke import failure, handle
@@ -42,7 +42,7 @@ from ..mcp.server import Context, StormbufferServer
 from ..mcp.tools import ToolSpec, WriteGrant, arguments_for
 from . import bodies
 from .access import NOT_FOUND, stamped_request
-from .audit import MCP_PATH, append_entry, envelope_ids
+from .audit import MCP_PATH, append_entry, envelope_ids, off_the_loop
 from .context import StoreContext
 from .invoke import READ_OPERATIONS, STATUS
 from .security import MAX_BODY_BYTES
@@ -81,11 +81,12 @@ class TeamMcp(StormbufferServer):
             busy = from_core(exc)
             return failure(operation, busy.code, busy.message)
 
-    def answered(self, ctx: Context, spec: ToolSpec, envelope: dict[str, Any]) -> None:
+    async def answered(self, ctx: Context, spec: ToolSpec, envelope: dict[str, Any]) -> None:
         status = 200 if envelope.get("ok") is True else STATUS.get(envelope["error"]["code"], 500)
         records, receipt = envelope_ids(envelope)
-        append_entry(self.trail, _caller(ctx), "mcp", PROTOCOL_OPERATIONS[spec.operation],
-                     f"tools/call {spec.name}", status, records, receipt)  # fmt: skip
+        await off_the_loop(self.trail, append_entry, self.trail, _caller(ctx), "mcp",
+                           PROTOCOL_OPERATIONS[spec.operation], f"tools/call {spec.name}", status, records,
+                           receipt)  # fmt: skip
 
     async def read_resource(self, ctx: Context, params: ReadResourceRequestParams) -> ReadResourceResult:
         caller = _caller(ctx)
@@ -94,13 +95,17 @@ class TeamMcp(StormbufferServer):
             authorize(caller, "resources", self.store.scope)
             result = await self.store.read(resources.read, params.uri, self.session)
         except Refused:  # only ever out of scope: every role reads resources
-            append_entry(self.trail, caller, "mcp", "resources", "resources/read", 404, named)
+            await self._read_entry(caller, 404, named)
             raise MCPError(code=INVALID_PARAMS, message=RESOURCE_NOT_FOUND) from None
         except MCPError:
-            append_entry(self.trail, caller, "mcp", "resources", "resources/read", 400, named)
+            await self._read_entry(caller, 400, named)
             raise
-        append_entry(self.trail, caller, "mcp", "resources", "resources/read", 200, named)
+        await self._read_entry(caller, 200, named)
         return result
+
+    async def _read_entry(self, caller: Principal, status: int, named: list[str]) -> None:
+        await off_the_loop(self.trail, append_entry, self.trail, caller, "mcp", "resources", "resources/read",
+                           status, named)  # fmt: skip
 
 
 def _caller(ctx: Context) -> Principal:

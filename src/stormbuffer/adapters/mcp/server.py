@@ -111,7 +111,7 @@ class StormbufferServer:
         envelope = self.refusal(ctx, spec.operation)
         if envelope is None:
             envelope = await self.run_operation(spec.operation, self.request_for(ctx, spec, params.arguments))
-        self.answered(ctx, spec, envelope)
+        await self.answered(ctx, spec, envelope)
         return tool_result(envelope)
 
     def refusal(self, ctx: Context, operation: str) -> dict[str, Any] | None:
@@ -128,7 +128,7 @@ class StormbufferServer:
         """The envelope of one protocol operation, run in the worker."""
         return await self._run(handle, operation, request, self.session)
 
-    def answered(self, ctx: Context, spec: ToolSpec, envelope: dict[str, Any]) -> None:
+    async def answered(self, ctx: Context, spec: ToolSpec, envelope: dict[str, Any]) -> None:
         """Called with every tool call's envelope, refusals included (nothing to do over stdio)."""
 
     async def list_resources(self, ctx: Context, params: PaginatedRequestParams | None) -> ListResourcesResult:

@@ -188,10 +188,11 @@ def history(paths: StorePaths, record_id: str) -> list[Event]:
     """What the audit trail says was done with a record, oldest first (the latest `MAX_HISTORY`):
     who proposed, approved, changed, recalled or read it through a program. Refusals and the review
     page's own views are left out (`sbuf team audit --record` lists every entry)."""
-    from stormbuffer.auth.audit import AuditTrail, Filter
+    from stormbuffer.auth.audit import Filter
+    from stormbuffer.auth.storage import audit_trail
 
     events: list[Event] = []
-    for entry in AuditTrail(paths).entries(Filter(record=record_id)):
+    for entry in audit_trail(paths).entries(Filter(record=record_id)):
         verb = HISTORY_VERBS.get(str(entry.get("operation")))
         status, door = entry.get("status"), str(entry.get("door"))
         if verb is None or not isinstance(status, int) or status >= 400 or (door == "web" and verb == "read"):

@@ -88,6 +88,16 @@ def engine_for(url: str) -> Engine:
         return engine
 
 
+@cache
+def autocommit_engine_for(url: str) -> Engine:
+    """A second pool per URL and process, for single statements that need no transaction: in
+    autocommit and without a ping at checkout, so a statement is one round trip (its caller retries
+    once on a connection the server dropped)."""
+    from sqlalchemy import create_engine
+
+    return create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+
+
 def reason(exc: BaseException) -> str:
     """What went wrong with the database, in words that contain no part of the URL."""
     from sqlalchemy.exc import ArgumentError, DBAPIError
