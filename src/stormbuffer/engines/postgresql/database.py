@@ -69,33 +69,37 @@ def database_url(variable: str) -> str:
 
 
 POOLS = 8  # URLs whose connections a process keeps (a daemon serves callers of several databases)
-_pools: OrderedDict[str, Engine] = OrderedDict()
+_pools: OrderedDict[tuple[str, bool], Engine] = OrderedDict()
 _pools_lock = threading.Lock()
 
 
 def engine_for(url: str) -> Engine:
     """One pool of connections per URL and process, for the POOLS URLs used last; an older URL's pool
     is disposed (its idle connections closed; those lent out close when they come back)."""
-    from sqlalchemy import create_engine
-
-    with _pools_lock:
-        engine = _pools.pop(url, None)
-        if engine is None:
-            engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
-        _pools[url] = engine
-        while len(_pools) > POOLS:
-            _pools.popitem(last=False)[1].dispose()
-        return engine
+    return _pool(url, autocommit=False)
 
 
-@cache
 def autocommit_engine_for(url: str) -> Engine:
     """A second pool per URL and process, for single statements that need no transaction: in
     autocommit and without a ping at checkout, so a statement is one round trip (its caller retries
     once on a connection the server dropped)."""
+    return _pool(url, autocommit=True)
+
+
+def _pool(url: str, *, autocommit: bool) -> Engine:
     from sqlalchemy import create_engine
 
-    return create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    key = (url, autocommit)
+    with _pools_lock:
+        engine = _pools.pop(key, None)
+        if engine is None and autocommit:
+            engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+        elif engine is None:
+            engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+        _pools[key] = engine
+        while len(_pools) > 2 * POOLS:
+            _pools.popitem(last=False)[1].dispose()
+        return engine
 
 
 def reason(exc: BaseException) -> str:
