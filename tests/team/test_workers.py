@@ -145,6 +145,14 @@ def test_sigterm_stops_every_worker(team: Team) -> None:
     assert not any(alive(pid) for pid in pids.values())
 
 
+def test_an_interrupt_stops_every_worker(tmp_path: Path) -> None:
+    server = start(sandbox_with_stores(tmp_path / "sandbox", None), "--team", "--workers", "2")
+    pids = workers(server)
+    assert server.stop(signal.SIGINT) == 0
+    assert not any(alive(pid) for pid in pids.values())
+    assert "received interrupt signal" in "".join(server.log) and "Traceback" not in "".join(server.log)
+
+
 def test_a_worker_that_dies_stops_the_server_with_an_error(tmp_path: Path) -> None:
     server = start(sandbox_with_stores(tmp_path / "sandbox", None), "--team", "--workers", "2")
     pids = workers(server)
