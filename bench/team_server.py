@@ -17,10 +17,12 @@ Targets: one client's recall p50 <= 25 ms; with 64 paced clients p99 <= 300 ms; 
 MB; a token check <= 1 ms p50. The store is the one bench/invoke_latency.py builds (bench/corpus.py
 records; vectors from the labelled fast path of bench/scale.py: the real model's identity and
 per-query work, recall quality meaningless), reused when present. Results print as a table and are
-saved to bench/results/team_server.json with the machine's load average.
+saved to bench/results/team_server.json (with `--workers N` above 1, team_server_workers<N>.json)
+with the machine's load average. `--workers N` serves from N processes (`sbuf serve --workers`);
+CPU and memory are then those of every process of the server.
 
     .venv/bin/python bench/team_server.py [--records 10000] [--clients 64] [--seconds 45] [--think 1.0]
-                                          [--calls 2000] [--recalls 200] [--work DIR]
+                                          [--calls 2000] [--recalls 200] [--workers 1] [--work DIR]
 """
 
 from __future__ import annotations
@@ -64,10 +66,11 @@ WARM_CALLS = 5
 
 
 class TeamServer:
-    """`sbuf --project serve --team --port 0` in the benchmark's store, its log drained."""
+    """`sbuf --project serve --team --port 0 --workers N` in the benchmark's store, its log drained."""
 
-    def __init__(self, box: Sandbox) -> None:
-        self.process = subprocess.Popen([str(SBUF), "--project", "serve", "--port", "0", "--team"], cwd=box.cwd,
+    def __init__(self, box: Sandbox, workers: int) -> None:
+        command = [str(SBUF), "--project", "serve", "--port", "0", "--team", "--workers", str(workers)]
+        self.process = subprocess.Popen(command, cwd=box.cwd,
                                         env=box.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)  # fmt: skip
         assert self.process.stderr is not None
@@ -86,9 +89,12 @@ class TeamServer:
         return now, peak
 
     def cpu_s(self) -> float:
-        """CPU seconds (user and system) the server has used so far."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds (user and system) the server and its worker processes have used so far."""
+        ticks = 0
+        for pid in _tree(self.process.pid):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -185,6 +191,7 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=1.0)
     parser.add_argument("--calls", type=int, default=2_000)
     parser.add_argument("--recalls", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-team-server-bench"))
     options = parser.parse_args()
     paths, box, version = fresh_store(options.work, options.records)
@@ -194,9 +201,10 @@ def main() -> None:
     print(f"sbuf --version {version * 1000:.1f} ms; token check p50 {measured['team_token_check_p50'] * 1e6:.0f} µs",
           file=sys.stderr)  # fmt: skip
     del measured["audit_append_p50"]
-    server = TeamServer(box)
+    server = TeamServer(box, options.workers)
     report: dict[str, Any] = {"records": options.records, "clients": options.clients, "seconds": options.seconds,
-                              "think_s": options.think, "version_s": round(version, 4)}  # fmt: skip
+                              "think_s": options.think, "workers": options.workers,
+                              "version_s": round(version, 4)}  # fmt: skip
     try:
         print(f"one client: {options.recalls} recalls ...", file=sys.stderr)
         one, api = asyncio.run(recall_timings(server.base_url, token, options.recalls))
@@ -219,7 +227,7 @@ def main() -> None:
         server.stop()
     report.update(server_rss_mb=round(rss, 1), server_peak_rss_mb=round(peak, 1), rss_target_mb=RSS_TARGET_MB,
                   rss_meets_target=peak <= RSS_TARGET_MB, results=result_rows(measured, TARGETS, version))  # fmt: skip
-    print(f"sbuf --version: {version * 1000:.1f} ms; {options.records} records")
+    print(f"sbuf --version: {version * 1000:.1f} ms; {options.records} records; {options.workers} worker(s)")
     for row in report["results"]:
         seconds = measured[row["name"]]
         print(f"{row['name']:>26}: {seconds * 1000:8.2f} ms  ({seconds / version:6.3f} × --version)  "
@@ -231,7 +239,7 @@ def main() -> None:
             f"used {report[f'{run}_server_cores']} cores, {report[f'{run}_server_cpu_ms_a_recall']} ms CPU a recall"
         )
     print(f"{'server RSS':>26}: {rss:.0f} MB now, {peak:.0f} MB peak (target <= {RSS_TARGET_MB} MB)")
-    save(RESULTS, report)
+    save(RESULTS if options.workers == 1 else RESULTS.with_name(f"team_server_workers{options.workers}.json"), report)
 
 
 if __name__ == "__main__":

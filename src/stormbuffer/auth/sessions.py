@@ -6,8 +6,9 @@ asks the store's tokens again, so a revoked or expired token ends its sessions a
 request, and the principal always carries the token's current role and scopes. A session ends
 after `LIFETIME_S`, and at most `MAX_SESSIONS` are kept (the oldest go first). Only the SHA-256 of a
 session id is kept, where the store's storage says (`storage.session_storage`): for a directory
-store in the serving process (`SessionMemory`: they end when it stops), for a PostgreSQL store in
-its database (every server of the store knows them).
+store in the serving process (`SessionMemory`: they end when it stops) or, when several worker
+processes serve it, in a file they share (`SessionFile`: emptied when the server starts), for a
+PostgreSQL store in its database (every server of the store knows them).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import hmac
 import secrets
 import threading
 import time
+from pathlib import Path
 
 from .principals import Principal
+from .shared import SESSIONS_FILE, SharedDatabase, shared_file
 from .storage import Bound, session_storage
 from .tokens import TeamToken, TeamTokens, TokenError, now
 
@@ -33,10 +36,10 @@ def _key(session: str) -> str:
 class TeamSessions:
     """The sessions of one team server, over the store's `tokens`."""
 
-    def __init__(self, tokens: TeamTokens, lifetime_s: float = LIFETIME_S) -> None:
+    def __init__(self, tokens: TeamTokens, lifetime_s: float = LIFETIME_S, shared: bool = False) -> None:
         self.tokens = tokens
         self.lifetime_s = lifetime_s
-        self.storage = session_storage(tokens.paths)
+        self.storage = session_storage(tokens.paths, shared)
 
     def open(self, token: str) -> tuple[str, Principal] | None:
         """A new session id and its principal when `token` is an active team token, else None."""
@@ -98,3 +101,36 @@ class SessionMemory:
     def close(self, key: str) -> None:
         with self._lock:
             self._sessions.pop(key, None)
+
+
+class SessionFile:
+    """The `SessionStorage` of a directory store served by several worker processes: a SQLite file
+    under `<store>/team/` (`shared`), with each session's opening time on the wall clock."""
+
+    SCHEMA = """CREATE TABLE IF NOT EXISTS sessions (key TEXT PRIMARY KEY, token_id TEXT NOT NULL,
+                digest TEXT NOT NULL, opened REAL NOT NULL);
+                CREATE INDEX IF NOT EXISTS sessions_opened ON sessions (opened);"""
+
+    def __init__(self, root: Path) -> None:
+        self.database = SharedDatabase(shared_file(root, SESSIONS_FILE), self.SCHEMA)
+
+    def open(self, key: str, bound: Bound, lifetime_s: float) -> None:
+        at = time.time()
+        with self.database.transaction() as db:
+            db.execute("DELETE FROM sessions WHERE opened < ?", (at - lifetime_s,))
+            (count,) = db.execute("SELECT count(*) FROM sessions").fetchone()
+            if count >= MAX_SESSIONS:
+                db.execute("DELETE FROM sessions WHERE key IN (SELECT key FROM sessions ORDER BY opened LIMIT ?)",
+                           (count - MAX_SESSIONS + 1,))  # fmt: skip
+            db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?)", (key, bound.token_id, bound.digest, at))
+
+    def bound(self, key: str, lifetime_s: float) -> Bound | None:
+        with self.database.transaction() as db:
+            found = db.execute("SELECT token_id, digest, opened FROM sessions WHERE key = ?", (key,)).fetchone()
+        if found is None or time.time() - found[2] > lifetime_s:
+            return None
+        return Bound(found[0], found[1])
+
+    def close(self, key: str) -> None:
+        with self.database.transaction() as db:
+            db.execute("DELETE FROM sessions WHERE key = ?", (key,))

@@ -8,7 +8,8 @@ picks its records' engine:
 
 - a directory store keeps its tokens in `<store>/team/tokens.toml` and its audit trail in
   `<store>/team/audit.jsonl` (`tokens.TokenFile`, `audit.AuditFile`); its page sessions live in the
-  serving process (`sessions.SessionMemory`), since one host serves it;
+  serving process (`sessions.SessionMemory`), since one host serves it, or in a file its worker
+  processes share (`sessions.SessionFile`);
 - a PostgreSQL store keeps all three in tables of its database, beside its records
   (`engines.postgresql.team`): every server of the store, on any host, sees a token made, revoked
   or rotated, an audit entry and a session at once.
@@ -125,13 +126,13 @@ def audit_trail(paths: StorePaths) -> AuditTrail:
     return AuditFile(paths)
 
 
-def session_storage(paths: StorePaths) -> SessionStorage:
-    """The session storage of the store at `paths`."""
+def session_storage(paths: StorePaths, shared: bool = False) -> SessionStorage:
+    """The session storage of the store at `paths`; `shared` by the worker processes of one server."""
     database = _database(paths)
     if database is not None:
         from stormbuffer.engines.postgresql.team import SessionTable
 
         return SessionTable(paths, database)
-    from .sessions import SessionMemory
+    from .sessions import SessionFile, SessionMemory
 
-    return SessionMemory()
+    return SessionFile(paths.root) if shared else SessionMemory()

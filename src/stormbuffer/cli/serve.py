@@ -9,7 +9,7 @@ loopback too; the selected store is served alone (the project view's global stor
 Streamable HTTP is served at `/mcp` beside the API, and the review page takes a team token on its
 sign-in form. A team server may bind a non-loopback address only over TLS (`--tls-cert`,
 `--tls-key`) or behind an HTTPS reverse proxy (`--behind-proxy IP`); plain HTTP there is refused
-before anything is bound."""
+before anything is bound. `--workers N` serves a team from N processes sharing the socket."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ PLAIN_HTTP = (
     "or --behind-proxy with the address of the HTTPS proxy in front of it, or bind a loopback address"
 )
 TLS_PAIR = "--tls-cert and --tls-key go together"
+MAX_WORKERS = 64
 
 
 def _optional_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -129,9 +130,12 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="With --team: drop audit entries older than `90d`, `12h`, `30m`… [default: never].")  # fmt: skip
 @click.option("--oidc-issuer", metavar="URL", help="With --team: also take JWTs of this OpenID Connect issuer.")
 @click.option("--oidc-audience", metavar="AUD", help="With --oidc-issuer: the audience its JWTs must name.")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True, metavar="N",
+              help="With --team: serve from N processes (up to the number of cores).")  # fmt: skip
 def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: str | None, proxy: str | None,
           rate: Rate | None | Literal[False], hosts: tuple[str, ...], public_url: str | None,
-          retention: timedelta | None, oidc_issuer: str | None, oidc_audience: str | None) -> None:  # fmt: skip
+          retention: timedelta | None, oidc_issuer: str | None, oidc_audience: str | None,
+          workers: int) -> None:  # fmt: skip
     from ..adapters.http.server import bind, display_address, is_loopback, log_to_stderr
 
     if (tls_cert is None) != (tls_key is None):
@@ -139,9 +143,12 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     if (tls or proxy) and not team:
         fail("TLS and --behind-proxy are for a team server: add --team")
-    if (rate is not False or hosts or public_url or retention or oidc_issuer or oidc_audience) and not team:
+    if (rate is not False or hosts or public_url or retention or oidc_issuer or oidc_audience or workers > 1) and (
+        not team
+    ):
         fail(
-            "--rate-limit, --allow-host, --public-url, --audit-retention and --oidc-… are for a team server: add --team"
+            "--rate-limit, --allow-host, --public-url, --audit-retention, --oidc-… and --workers are for a team "
+            "server: add --team"
         )
     if (oidc_issuer is None) != (oidc_audience is None) or oidc_audience == "":
         fail("--oidc-issuer and --oidc-audience go together")
@@ -185,12 +192,27 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             click.echo(f"Team server: {url} (clients send a team token; MCP at {url}/mcp)")
             from ..adapters.http.team import TeamSettings
 
-            settings = TeamSettings(hosts=hosts, public_url=public_url, audit_retention=retention)
+            settings = TeamSettings(hosts=hosts, public_url=public_url, audit_retention=retention, workers=workers)
             settings = settings if rate is False else dataclasses.replace(settings, rate=rate)
             issuer = _issuer(oidc_issuer, oidc_audience, store.scope) if oidc_issuer and oidc_audience else None
-            credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer)
-            loopback_server(store, sock, credentials, routes(), tls, proxy, settings).run([sock])
-            return
+
+            pages = routes()  # made before any fork: every worker signs the page's forms alike
+
+            def serve_team(worker: int | None = None) -> None:
+                credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer, workers > 1)
+                loopback_server(store, sock, credentials, pages, tls, proxy, settings, worker).run([sock])
+
+            if workers == 1:
+                serve_team()
+                return
+            from ..adapters.http.workers import serve_forked
+            from ..auth.shared import reset
+
+            try:
+                reset(store.selected.root)
+            except OSError as exc:
+                fail(f"could not start server: {exc.strerror or type(exc).__name__}")
+            raise SystemExit(serve_forked(workers, serve_team))
         click.echo(f"Review page: http://{shown}/sign-in?token={token}")
         loopback_server(store, sock, Credentials(token), routes()).run([sock])
     finally:

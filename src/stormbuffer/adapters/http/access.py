@@ -78,10 +78,13 @@ class Credentials:
     oidc: OidcIssuer | None = None  # a team server's external issuer, whose JWTs it also takes
 
     @classmethod
-    def for_team(cls, tokens: TeamTokens, resource: str | None = None, oidc: OidcIssuer | None = None) -> Credentials:
+    def for_team(cls, tokens: TeamTokens, resource: str | None = None, oidc: OidcIssuer | None = None,
+                 shared: bool = False) -> Credentials:  # fmt: skip
         """A team server's: the store's team tokens and the sessions they open (and the JWTs of `oidc`,
-        when given), and no local token or session (never shown); `resource` is its public URL, if any."""
-        return cls(secrets.token_urlsafe(32), team=tokens, sessions=TeamSessions(tokens), resource=resource, oidc=oidc)
+        when given), and no local token or session (never shown); `resource` is its public URL, if any;
+        `shared`: its sessions are shared by several worker processes."""
+        sessions = TeamSessions(tokens, shared=shared)
+        return cls(secrets.token_urlsafe(32), team=tokens, sessions=sessions, resource=resource, oidc=oidc)
 
     def cookie_name(self, port: int | None) -> str:
         """Cookies are shared by every port of a host: the port keeps two servers' sessions apart."""

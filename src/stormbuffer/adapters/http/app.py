@@ -94,7 +94,8 @@ def build_app(
         mcp = McpEndpoint(store, trail)
         audit, team_routes = [Middleware(AuditRequests, trail=trail)], [mcp.route()]
         lifespan = _team_lifespan(mcp, trail, team.audit_retention)
-        limited = [] if team.rate is None else [Middleware(RateLimit, rate=team.rate)]
+        shared = credentials.team.paths.root if team.workers > 1 else None
+        limited = [] if team.rate is None else [Middleware(RateLimit, rate=team.rate, shared=shared)]
         hosts = team.allowed_hosts()
     forwarded = [] if proxy is None else [Middleware(ProxyGuard, proxy=proxy)]
     app = Starlette(

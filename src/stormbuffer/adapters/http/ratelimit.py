@@ -3,7 +3,9 @@ sent its allowance within the last window.
 
 `RateLimit` (ASGI middleware, just inside the credential check) counts every authenticated request
 under `/v1/` and to `/mcp` against its principal's name (one unrevoked token per name), in a moving
-window kept in this process's memory (`MovingWindow`). A request over the limit is answered before
+window kept in this process's memory (`MovingWindow`) or, when several worker processes serve the
+store, in a file they share (`SharedWindow`): a token gets the same allowance however many serve it.
+A request over the limit is answered before
 any route reads its body or the store; the audit trail records it (status 429). Requests without a
 valid token are refused earlier (401) and counted nowhere.
 """
@@ -15,9 +17,11 @@ import re
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ...auth.shared import WINDOWS_FILE, SharedDatabase, shared_file
 from .audit import MCP_PATH
 from .errors import error_response
 
@@ -96,12 +100,48 @@ class MovingWindow:
             del self._times[name]
 
 
-class RateLimit:
-    """ASGI middleware holding each token to `rate`."""
+class SharedWindow:
+    """`MovingWindow` kept in a SQLite file under `<store>/team/` (`auth.shared`), so that the worker
+    processes of one server count each name's requests together. Times are on the monotonic clock,
+    which every process of a host shares; the file is emptied when the server starts."""
 
-    def __init__(self, app: ASGIApp, rate: Rate) -> None:
+    SCHEMA = """CREATE TABLE IF NOT EXISTS hits (name TEXT NOT NULL, at REAL NOT NULL);
+                CREATE INDEX IF NOT EXISTS hits_name_at ON hits (name, at);"""
+
+    def __init__(self, rate: Rate, root: Path) -> None:
+        self.rate = rate
+        self.database = SharedDatabase(shared_file(root, WINDOWS_FILE), self.SCHEMA)
+        self._swept = time.monotonic()
+
+    def hit(self, name: str) -> bool:
+        """Count one request of `name` now, unless its allowance is spent (False then)."""
+        now = time.monotonic()
+        start = now - self.rate.window_s
+        with self.database.transaction() as db:
+            if now - self._swept >= self.rate.window_s:
+                self._swept = now
+                db.execute("DELETE FROM hits WHERE at <= ?", (start,))
+            db.execute("DELETE FROM hits WHERE name = ? AND at <= ?", (name, start))
+            (count,) = db.execute("SELECT count(*) FROM hits WHERE name = ?", (name,)).fetchone()
+            if count >= self.rate.count:
+                return False
+            db.execute("INSERT INTO hits VALUES (?, ?)", (name, now))
+        return True
+
+    def retry_after(self, name: str) -> int:
+        """Whole seconds until `name` may send a request again (at least 1)."""
+        with self.database.transaction() as db:
+            (first,) = db.execute("SELECT min(at) FROM hits WHERE name = ?", (name,)).fetchone()
+        return 1 if first is None else max(1, math.ceil(first + self.rate.window_s - time.monotonic()))
+
+
+class RateLimit:
+    """ASGI middleware holding each token to `rate`, counted in this process or, with `shared` (the
+    store's root), across the worker processes serving that store."""
+
+    def __init__(self, app: ASGIApp, rate: Rate, shared: Path | None = None) -> None:
         self.app = app
-        self.window = MovingWindow(rate)
+        self.window: MovingWindow | SharedWindow = MovingWindow(rate) if shared is None else SharedWindow(rate, shared)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         caller = scope.get("state", {}).get("principal") if scope["type"] == "http" else None

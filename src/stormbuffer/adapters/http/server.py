@@ -3,7 +3,8 @@
 The socket is bound here (so a bind failure is one clear line and port 0 picks a free port), and
 the listening address is logged once it accepts connections. Under TLS, the handshake must end
 within the header timeout. A signal stops accepting; requests in flight finish (within `GRACE_S`),
-then the process exits 0.
+then the process exits 0. A worker of several (`workers`) marks its answers with its index, stops
+on SIGTERM only (its main process handles SIGINT) and stops when its main process is gone.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -39,6 +41,7 @@ SIGNALS = {
     signal.SIGINT: "received interrupt signal; shutting down local API",
     signal.SIGTERM: "received termination signal; shutting down local API",
 }
+WORKER_HEADER = "Stormbuffer-Worker"
 logger = logging.getLogger("stormbuffer.http")
 
 
@@ -84,11 +87,12 @@ def loopback_server(
     tls: tuple[str, str] | None = None,
     proxy: str | None = None,
     team: TeamSettings | None = None,
+    worker: int | None = None,
 ) -> LoopbackServer:
     """The server of the app for `store` on the bound socket, for holders of `credentials`, over TLS
     with `tls` (certificate and key files), behind the reverse proxy at `proxy`, a team server run
     as `team` says (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit`
-    stops it too)."""
+    stops it too); as worker `worker` of several, when given (`workers.serve_forked`)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
@@ -96,8 +100,9 @@ def loopback_server(
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", server_header=False,
                             timeout_graceful_shutdown=int(GRACE_S), proxy_headers=False,
                             http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
+                            headers=[] if worker is None else [(WORKER_HEADER, str(worker))],
                             ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)  # fmt: skip
-    return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store)
+    return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store, worker)
 
 
 class LoopbackServer(uvicorn.Server):
@@ -105,10 +110,12 @@ class LoopbackServer(uvicorn.Server):
     on a reader thread) and which signal stopped it. It does not re-raise the signal after shutting
     down (uvicorn does, which would end the process by that signal instead of with status 0)."""
 
-    def __init__(self, config: uvicorn.Config, address: str, store: StoreContext) -> None:
+    def __init__(self, config: uvicorn.Config, address: str, store: StoreContext, worker: int | None = None) -> None:
         super().__init__(config)
         self.address = address
         self.store = store
+        self.worker = worker
+        self.parent = os.getppid()
         self.warming: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -123,8 +130,17 @@ class LoopbackServer(uvicorn.Server):
             finally:
                 del loop.create_server  # the loop's own method again
         if self.started:
-            logger.info("Stormbuffer local API listening address=%s", self.address)
+            if self.worker is not None:
+                logger.info("team server worker %d listening pid=%d", self.worker, os.getpid())
+            if self.worker in (None, 1):
+                logger.info("Stormbuffer local API listening address=%s", self.address)
             self.warming = asyncio.ensure_future(self.store.read(self.store.warm_up))
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.worker is not None and not self.should_exit and os.getppid() != self.parent:
+            logger.warning("team server worker %d stopping: its main process is gone", self.worker)
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.should_exit and sig in SIGNALS:
@@ -136,7 +152,8 @@ class LoopbackServer(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
             yield
             return
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS}
+        handled = [signal.SIGTERM] if self.worker is not None else list(SIGNALS)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
         try:
             yield
         finally:

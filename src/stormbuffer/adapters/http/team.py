@@ -1,6 +1,6 @@
 """What a team server is told beyond its tokens (`sbuf serve --team` options): each token's rate
 limit, the host names it answers to besides its address, the address its clients know it by, and
-how long its audit trail keeps entries."""
+how long its audit trail keeps entries, and how many worker processes serve it."""
 
 from __future__ import annotations
 
@@ -21,12 +21,14 @@ class TeamSettings:
     """`rate`: each token's allowance (`ratelimit`), None for no limit. `hosts`: names admitted in
     `Host` besides the bound address and `localhost`. `public_url`: the server as its clients name
     it (`scheme://host[:port]`), its resource in the RFC 9728 metadata and challenges; its host is
-    admitted too. `audit_retention`: how long audit entries are kept, None for ever."""
+    admitted too. `audit_retention`: how long audit entries are kept, None for ever. `workers`: how
+    many processes serve it (more than one share sessions and rate-limit windows through files)."""
 
     rate: Rate | None = DEFAULT_RATE
     hosts: tuple[str, ...] = ()
     public_url: str | None = None
     audit_retention: timedelta | None = None
+    workers: int = 1
 
     def allowed_hosts(self) -> tuple[str, ...]:
         public = urlsplit(self.public_url).hostname if self.public_url else None
