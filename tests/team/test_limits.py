@@ -24,11 +24,6 @@ from .test_server import REMEMBER, STORED, Team
 ALLOWANCE = 6
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     box = sandbox_with_stores(tmp_path_factory.mktemp("team-limits") / "sandbox", None)

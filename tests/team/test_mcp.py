@@ -34,11 +34,6 @@ REMEMBER = {"title": "Deploys run on Fridays", "kind": "fact", "body": "The depl
 RECALL = {"query": "magnetar release", "budget": 256}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Iterator[Team]:
     box = sandbox_with_stores(tmp_path_factory.mktemp("team-mcp") / "sandbox", acquired_models)

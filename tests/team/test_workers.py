@@ -28,11 +28,6 @@ WORKER = re.compile(r"team server worker (\d) listening pid=(\d+)")
 ATTEMPTS = 200  # requests sent at most until both workers answered
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Iterator[Team]:
     box = sandbox_with_stores(tmp_path_factory.mktemp("team-workers") / "sandbox", acquired_models)
