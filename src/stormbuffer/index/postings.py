@@ -27,11 +27,11 @@ more of all chunks (on the scale corpus and on SciFact alike), so a store of 10,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 import sqlite3
-from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
@@ -243,8 +243,9 @@ def _terms_of(texts: Iterable[str]) -> tuple[set[str], int]:
 
 
 class _Accumulator:
-    """Postings of new chunks, added in increasing chunk order. Entries are gathered in flat arrays
-    and grouped by term in one sort every `FOLD` entries (a whole store's fit in memory, at about
+    """Postings of new chunks, added in increasing chunk order. Each chunk's terms and counts are
+    gathered as they come (list extends, no per-entry conversion); every `FOLD` entries they are
+    turned into flat arrays and grouped by term in one sort (a whole store's fit in memory, at about
     the packed size); `packed` joins a term's groups."""
 
     FOLD = 1 << 20  # entries gathered before they are grouped
@@ -252,29 +253,27 @@ class _Accumulator:
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}  # term → its number
         self._groups: list[list[np.ndarray]] = []  # per term number: its packed entries, fold by fold
-        self._columns = _columns()
+        self._gathered = _Gathered()
         self._stems: dict[str, str] = {}
         self._prefixes: dict[str, Tally] = {}
 
     def add(self, chunk: int, text: str) -> int:
         """Add one chunk's terms; returns its weighted length."""
         counts, total = weighted_terms(text, self._stems, self._prefixes)
-        ids = self._ids
-        numbers, chunks, occurrences, lengths = self._columns
-        for term in counts.keys() - ids.keys():
-            ids[term] = len(ids)
-        numbers.extend(map(ids.__getitem__, counts))
-        chunks.extend([chunk] * len(counts))
-        values = counts.values()
-        occurrences.extend(values if max(values, default=0) <= MAX_COUNT else [min(n, MAX_COUNT) for n in values])
-        lengths.extend([min(total, MAX_COUNT)] * len(counts))
-        if len(numbers) >= self.FOLD:
+        gathered = self._gathered
+        gathered.terms.extend(counts)
+        gathered.counts.extend(counts.values())
+        gathered.chunks.append(chunk)
+        gathered.sizes.append(len(counts))
+        gathered.lengths.append(total)
+        if len(gathered.terms) >= self.FOLD:
             self._fold()
         return total
 
     @property
     def terms(self) -> KeysView[str]:
         """Every term with entries."""
+        self._fold()
         return self._ids.keys()
 
     def packed(self, term: str) -> np.ndarray:
@@ -290,25 +289,37 @@ class _Accumulator:
         """Group the gathered entries by term (chunk order kept within each) and start gathering anew."""
         import numpy as np
 
-        numbers, chunks, occurrences, lengths = (np.frombuffer(column, dtype=column.typecode)
-                                                 for column in self._columns)  # fmt: skip
-        if not numbers.size:
+        gathered, ids = self._gathered, self._ids
+        if not gathered.terms:
             return
+        self._gathered = _Gathered()
+        for term in dict.fromkeys(gathered.terms).keys() - ids.keys():
+            ids[term] = len(ids)
+        numbers = np.fromiter(map(ids.__getitem__, gathered.terms), dtype=np.int32, count=len(gathered.terms))
         order = np.argsort(numbers, kind="stable")
+        sizes = np.array(gathered.sizes, dtype=np.int64)
         table = np.empty(order.size, dtype=_entry())
-        table["chunk"], table["count"], table["length"] = chunks[order], occurrences[order], lengths[order]
+        table["chunk"] = np.repeat(np.array(gathered.chunks, dtype=np.int32), sizes)[order]
+        table["count"] = np.minimum(np.array(gathered.counts, dtype=np.int64), MAX_COUNT)[order]
+        table["length"] = np.repeat(np.minimum(np.array(gathered.lengths, dtype=np.int64), MAX_COUNT), sizes)[order]
         numbers = numbers[order]
-        del order
-        self._columns = _columns()
-        self._groups.extend([] for _ in range(len(self._ids) - len(self._groups)))
+        del order, gathered
+        self._groups.extend([] for _ in range(len(ids) - len(self._groups)))
         bounds = np.flatnonzero(np.diff(numbers)) + 1
         for first, last in zip([0, *bounds.tolist()], [*bounds.tolist(), numbers.size], strict=True):
             self._groups[int(numbers[first])].append(table[first:last])
 
 
-def _columns() -> tuple[array[int], array[int], array[int], array[int]]:
-    """Empty flat arrays of gathered entries: term number, chunk id, occurrences, chunk length."""
-    return array("i"), array("i"), array("H"), array("H")
+@dataclass
+class _Gathered:
+    """Chunks added since the last fold: every chunk's terms and their counts, one after another, and
+    per chunk its id, its number of terms and its weighted length."""
+
+    terms: list[str] = dataclasses.field(default_factory=list)
+    counts: list[int] = dataclasses.field(default_factory=list)
+    chunks: list[int] = dataclasses.field(default_factory=list)
+    sizes: list[int] = dataclasses.field(default_factory=list)
+    lengths: list[int] = dataclasses.field(default_factory=list)
 
 
 def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: set[str], removed: Iterable[int]) -> None:

@@ -245,9 +245,16 @@ def _end_read(path: Path, opened_on: tuple[int, int], conn: sqlite3.Connection, 
         conn.close()
 
 
+# A writer's page cache (64 MiB, taken only as pages are touched) holds a large record's rows for the
+# whole transaction, and its temporary structures stay in memory: with SQLite's default 2 MB cache a
+# 5 MB record's chunk rows spill to the write-ahead log before the commit and its forget reads them
+# back, about twice the CPU time (`docs/performance.md`, "Large writes").
+WRITER_CACHE = ("cache_size = -65536", "temp_store = MEMORY")
+
+
 def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite3.Connection:
     """A driver connection with the projection's pragmas (a writer's: WAL, synchronous NORMAL, foreign
-    keys), in autocommit mode: transactions are explicit `BEGIN`s. With `create=False` a missing file
+    keys, `WRITER_CACHE`), in autocommit mode: transactions are explicit `BEGIN`s. With `create=False` a missing file
     is an error, not a new database."""
     if create:  # private whatever the umask; SQLite gives its journal files the database's mode
         with contextlib.suppress(OSError):  # SQLite reports what went wrong
@@ -256,7 +263,8 @@ def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite
                            isolation_level=None)  # fmt: skip
     # `auto_vacuum` only takes on a database without tables, and before WAL (see `give_back_space`).
     pragmas = ("busy_timeout = 5000", *(("auto_vacuum = INCREMENTAL",) if create and writer else ()),
-               *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL") if writer else ()))  # fmt: skip
+               *(("foreign_keys = ON", "journal_mode = WAL", "synchronous = NORMAL", *WRITER_CACHE)
+                 if writer else ()))  # fmt: skip
     try:
         for pragma in pragmas:
             conn.execute(f"PRAGMA {pragma}")
