@@ -135,6 +135,7 @@ class Catalog:
             })  # fmt: skip
             conn.execute("COMMIT")
             pj.give_back_space(conn)  # a forgotten large record's pages
+            conn.execute("PRAGMA shrink_memory")  # a kept connection does not hold a large write's page cache
         finally:
             if conn.in_transaction:
                 conn.rollback()
