@@ -143,3 +143,23 @@ def test_forgetting_a_large_record_gives_its_pages_back(store: StorePaths, embed
             conn.execute("PRAGMA freelist_count").fetchone()[0],
         )
     assert free < pj.GIVE_BACK_PAGES and pages < full / 4
+
+
+def test_a_writer_keeps_a_large_write_in_memory_and_a_reader_keeps_the_default(store: StorePaths) -> None:
+    write_record(store, "Pasted worker log", log_lines(20_000))
+    sync_store(store)
+    writer, reader = pj.connect(store.index_path, writer=True), pj.connect(store.index_path)
+    try:
+        assert writer.execute("PRAGMA cache_size").fetchone()[0] == -65536
+        assert writer.execute("PRAGMA temp_store").fetchone()[0] == 2  # memory
+        default = sqlite3.connect(":memory:").execute("PRAGMA cache_size").fetchone()[0]
+        assert reader.execute("PRAGMA cache_size").fetchone()[0] == default
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("DELETE FROM records")
+        log = store.index_path.with_name(store.index_path.name + "-wal")
+        logged = log.stat().st_size if log.exists() else 0
+        writer.execute("ROLLBACK")
+    finally:
+        writer.close()
+        reader.close()
+    assert logged == 0  # the deleted record's pages stayed in the cache until the end of the transaction
