@@ -4,14 +4,18 @@ unknown terms, and upkeep through every kind of change."""
 from __future__ import annotations
 
 import math
+import sqlite3
 import tempfile
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stormbuffer.core.stores import StorePaths
+from stormbuffer.index import postings
 from stormbuffer.index import projection as pj
 from stormbuffer.index.postings import FIELD_WEIGHTS, IDF_FLOOR, K1, B, Stats, problem, rank, terms
 from stormbuffer.index.sync import reindex_store, sync_store
@@ -125,3 +129,56 @@ def test_damaged_postings_are_reported(tmp_path: Path) -> None:
         conn.close()
     with pj.reading(paths.index_path) as reader:
         assert problem(reader) == "postings differ"
+
+
+def test_a_large_forget_finds_the_removed_terms_in_the_postings_when_they_are_smaller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = make_store(tmp_path)
+    write_record(paths, "Kept", "alpha beta gamma")
+    body = "".join(f"{n % 97}: alpha retried delta after xenon, then beta\n" for n in range(30_000))
+    assert len(body) > postings.SWEEP_FROM
+    large = write_record(paths, "Pasted log", body)
+    sync_store(paths)
+    with pj.reading(paths.index_path) as conn:
+        stats = Stats.of(pj.get_settings(conn))
+        texts = [text for (text,) in conn.execute("SELECT retrieval_text FROM chunks WHERE record_id = ?", (large.id,))]
+        removed = dict(
+            conn.execute("SELECT id, retrieval_text FROM chunks WHERE record_id = ?", (large.id,)).fetchall()
+        )
+        assert postings._swept(conn, removed) == postings._terms_of(texts)  # the same terms and length either way
+
+    def split(texts: object) -> tuple[set[str], int]:
+        raise AssertionError("the removed texts were split")
+
+    monkeypatch.setattr(postings, "_terms_of", split)
+    (paths.records / f"{large.id}.md").unlink()
+    assert sync_store(paths).removed == 1
+    with pj.reading(paths.index_path) as conn:
+        assert problem(conn) is None
+        assert Stats.of(pj.get_settings(conn)).chunks == 1 < stats.chunks
+
+
+def test_a_saturated_length_in_the_postings_leaves_the_removed_terms_to_the_texts(tmp_path: Path) -> None:
+    paths = make_store(tmp_path)
+    body = "".join(f"{n % 13}: alpha retried delta\n" for n in range(60_000))
+    large = write_record(paths, "Pasted log", body)
+    sync_store(paths)
+    conn = pj.connect(paths.index_path, writer=True)
+    try:
+        removed = dict(
+            conn.execute("SELECT id, retrieval_text FROM chunks WHERE record_id = ?", (large.id,)).fetchall()
+        )
+        assert postings._swept(conn, removed) is not None
+        entries = np.frombuffer(conn.execute("SELECT entries FROM postings WHERE term = 'alpha'").fetchone()[0],
+                                dtype=postings.entry_dtype()).copy()  # fmt: skip
+        entries["length"][0] = postings.MAX_COUNT
+        conn.execute("UPDATE postings SET entries = ? WHERE term = 'alpha'", (entries.tobytes(),))
+        assert postings._swept(conn, removed) is None
+    finally:
+        conn.close()
+
+
+def record_texts(conn: sqlite3.Connection, record_id: str) -> dict[int, str]:
+    """Chunk id → retrieval text of a record's chunks."""
+    return dict(conn.execute("SELECT id, retrieval_text FROM chunks WHERE record_id = ?", (record_id,)).fetchall())

@@ -21,6 +21,7 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import StorePaths
 from stormbuffer.core.timestamps import Timestamp
+from stormbuffer.index import postings
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body
 from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, STATS, _Accumulator, problem
@@ -131,11 +132,15 @@ def stored_postings(conn: sqlite3.Connection) -> Postings:
     return found, json.loads(pj.get_setting(conn, STATS) or "{}")
 
 
-@pytest.mark.parametrize("fold", [_Accumulator.FOLD, 37])  # 37: new entries grouped in many folds
+# 37: new entries grouped in many folds; sweep: removed chunks' terms read from the postings, not their texts
+@pytest.mark.parametrize(("fold", "sweep"), [(_Accumulator.FOLD, False), (37, False), (_Accumulator.FOLD, True)])
 def test_postings_through_adds_edits_and_forgets_are_the_plain_count(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: int, sweep: bool
 ) -> None:
     monkeypatch.setattr(_Accumulator, "FOLD", fold)
+    if sweep:
+        monkeypatch.setattr(postings, "SWEEP_FROM", 0)
+        monkeypatch.setattr(postings, "SPLIT_NS_PER_CHAR", 10**9)
     paths = make_store(tmp_path)
     repo = Repository(paths)
     scope = repo.scope
