@@ -18,7 +18,9 @@ prefix of indexed terms) and scores the chunks with NumPy.
 Maintenance is transactional: triggers on `chunks` log every inserted, updated and deleted chunk
 in `lexical_changes` (with the old text of a deleted one), and `apply_changes` folds the log into
 the postings before the writer commits. Chunk count and total weighted length of all chunks, which
-BM25 needs, are kept in the projection's metadata.
+BM25 needs, are kept in the projection's metadata. Removing chunks touches every term they had: those
+terms and the chunks' lengths are found by splitting their old texts again, or, when the postings are
+smaller than those texts (a large record forgotten), by reading every postings row instead (`_swept`).
 
 Why not FTS5's `bm25()`: it costs 2–3 µs per matching row, and typical queries match a third or
 more of all chunks (on the scale corpus and on SciFact alike), so a store of 10,000 records spent
