@@ -17,6 +17,7 @@ from stormbuffer.index import projection as pj
 from stormbuffer.index.backlog import STEP, embed_backlog
 from stormbuffer.index.chunking import MAX_WORDS, VECTOR_CHUNKS, chunk_body
 from stormbuffer.index.freshness import StoreFreshness
+from stormbuffer.index.gc import gc_store
 from stormbuffer.index.sync import READ_EMBED_LIMIT, sync_store, vectors_current
 from stormbuffer.retrieval import SearchOptions, search
 from tests.matrices import assert_matrix_matches_projection
@@ -163,3 +164,22 @@ def test_a_writer_keeps_a_large_write_in_memory_and_a_reader_keeps_the_default(s
         writer.close()
         reader.close()
     assert logged == 0  # the deleted record's pages stayed in the cache until the end of the transaction
+
+
+def test_gc_gives_back_the_space_of_a_projection_made_before_incremental_vacuum(store: StorePaths) -> None:
+    write_record(store, "Release rule", "Releases ship on Tuesdays.")
+    large = write_record(store, "Pasted worker log", log_lines(20_000))
+    sync_store(store)
+    with sqlite3.connect(store.index_path) as conn:  # as an older version made it: no auto-vacuum
+        conn.execute("PRAGMA auto_vacuum = NONE")
+        conn.execute("VACUUM")
+        full, page = (conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("page_count", "page_size"))
+    (store.records / f"{large.id}.md").unlink()
+    assert sync_store(store).removed == 1
+    with pj.reading(store.index_path) as conn:
+        assert pj.free_bytes(conn) > full * page // 2  # the pages stay in the file
+    assert gc_store(store, dry_run=False).free_pages > 0
+    with sqlite3.connect(store.index_path) as conn:
+        mode, pages, free = (conn.execute(f"PRAGMA {name}").fetchone()[0]
+                             for name in ("auto_vacuum", "page_count", "freelist_count"))  # fmt: skip
+    assert (mode, free) == (pj.INCREMENTAL_VACUUM, 0) and pages < full / 4

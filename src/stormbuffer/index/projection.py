@@ -246,16 +246,16 @@ def _end_read(path: Path, opened_on: tuple[int, int], conn: sqlite3.Connection, 
 
 
 # A writer's page cache (64 MiB, taken only as pages are touched) holds a large record's rows for the
-# whole transaction, and its temporary structures stay in memory: with SQLite's default 2 MB cache a
-# 5 MB record's chunk rows spill to the write-ahead log before the commit and its forget reads them
-# back, about twice the CPU time (`docs/performance.md`, "Large writes").
+# whole transaction, and its temporary files (statement journals, sorts) stay in memory: with SQLite's
+# default 2 MB cache a 5 MB record's chunk rows spill to the write-ahead log before the commit and its
+# forget reads them back, about twice the CPU time (`docs/performance.md`, "Large writes").
 WRITER_CACHE = ("cache_size = -65536", "temp_store = MEMORY")
 
 
 def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite3.Connection:
     """A driver connection with the projection's pragmas (a writer's: WAL, synchronous NORMAL, foreign
-    keys, `WRITER_CACHE`), in autocommit mode: transactions are explicit `BEGIN`s. With `create=False` a missing file
-    is an error, not a new database."""
+    keys, `WRITER_CACHE`), in autocommit mode: transactions are explicit `BEGIN`s. With `create=False`
+    a missing file is an error, not a new database."""
     if create:  # private whatever the umask; SQLite gives its journal files the database's mode
         with contextlib.suppress(OSError):  # SQLite reports what went wrong
             os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE))
@@ -335,6 +335,7 @@ def give_back_space_of(path: Path, *, thorough: bool = False) -> None:
     try:
         if thorough and conn.execute("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL_VACUUM:
             conn.execute(f"PRAGMA auto_vacuum = {INCREMENTAL_VACUUM}")
+            conn.execute("PRAGMA temp_store = DEFAULT")  # VACUUM's copy of the whole file goes to disk, not memory
             conn.execute("VACUUM")
         give_back_space(conn, at_least=1 if thorough else GIVE_BACK_PAGES)
         if thorough:
