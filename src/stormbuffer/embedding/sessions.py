@@ -31,6 +31,7 @@ OPTIMIZED_DATA = "optimized.onnx.data"
 OPTIMIZED_NAMES = (OPTIMIZED_FILE, OPTIMIZED_DATA)
 # Weights from this size up go to OPTIMIZED_DATA (mapped); smaller ones stay in the graph file.
 EXTERNAL_MIN_BYTES = 1024
+_one_thread = False  # set by `one_thread`
 
 
 def runtime() -> ModuleType:
@@ -123,10 +124,18 @@ def _options(*, optimize: bool) -> onnxruntime.SessionOptions:
     return options
 
 
+def one_thread() -> None:
+    """Open this process's later sessions with one intra-op thread: onnxruntime then starts no
+    thread of its own, so a process may fork after opening one (a server of several processes)."""
+    global _one_thread
+    _one_thread = True
+
+
 def _threads() -> int:
     """Half the cores, at most 4: a store is used alongside editors, agents and builds, and on a busy
-    machine extra intra-op threads make onnxruntime slower, not faster (one core of two here)."""
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
+    machine extra intra-op threads make onnxruntime slower, not faster (one core of two here). One
+    after `one_thread`."""
+    return 1 if _one_thread else max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def bulk_workers() -> int:
