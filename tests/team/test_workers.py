@@ -33,7 +33,7 @@ def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Ite
     box = sandbox_with_stores(tmp_path_factory.mktemp("team-workers") / "sandbox", acquired_models)
     server = start(box, "--team", "--workers", "2", "--rate-limit", f"{RATE}/min")
     crew = Team(server)
-    for name in ("rita", "burst", "gone", "mcp"):
+    for name in ("rita", "burst", "gone", "mcp", "spread", "meaning"):
         crew.make(name, "reader")
     server.write(STORED, title="Release constraint", body="Releases ship on Tuesdays after the magnetar check.\n")
     yield crew
@@ -132,6 +132,41 @@ async def test_mcp_and_http_recall_answer(team: Team) -> None:
     with fresh(team.server, {"Authorization": f"Bearer {team.tokens['rita']}"}) as http:
         answer = http.post("/v1/invoke/context", json={"version": 1, "query": "magnetar release"})
     assert answer.status_code == 200 and STORED in answer.text
+
+
+def test_connections_go_to_the_workers_in_turn_and_stay(team: Team) -> None:
+    headers = {"Authorization": f"Bearer {team.tokens['spread']}"}
+    clients = [httpx2.Client(base_url=team.server.base_url, timeout=TIMEOUT, trust_env=False, headers=headers)
+               for _ in range(8)]  # fmt: skip
+    try:
+        first = [client.get("/v1/records").headers["Stormbuffer-Worker"] for client in clients]  # one connection each
+        again = [client.get("/v1/records").headers["Stormbuffer-Worker"] for client in clients]
+    finally:
+        for client in clients:
+            client.close()
+    assert sorted(first) == ["1"] * 4 + ["2"] * 4
+    assert all(one != other for one, other in zip(first, first[1:], strict=False))  # in turn
+    assert again == first  # a client's connection stays with its worker
+
+
+def test_both_workers_embed_queries_with_the_model_opened_before_they_forked(team: Team) -> None:
+    query = {"query": "which weekday do we deploy", "limit": 3}  # no word in common with the record
+    answers: dict[str, httpx2.Response] = {}
+    deadline = time.monotonic() + TIMEOUT
+    with fresh(team.server, {"Authorization": f"Bearer {team.tokens['meaning']}"}) as client:
+        while len(answers) < 2:
+            answer = client.get("/v1/search", params=query)
+            assert answer.status_code == 200, answer.text
+            if answer.headers.get("stormbuffer-semantic-fallback") == "vector_projection_incomplete":
+                assert time.monotonic() < deadline, "the record was never embedded"
+                time.sleep(0.5)
+                continue
+            answers[answer.headers["Stormbuffer-Worker"]] = answer
+    for answer in answers.values():
+        assert answer.headers["stormbuffer-retrieval-mode"] == "hybrid"
+        assert "stormbuffer-semantic-fallback" not in answer.headers
+        assert answer.json()[0]["record_id"] == STORED
+    assert answers["1"].json() == answers["2"].json()
 
 
 def test_sigterm_stops_every_worker(team: Team) -> None:

@@ -87,12 +87,12 @@ class StoreContext:
 
     def preload(self) -> None:
         """Before the workers of a team server fork: import what a request needs and open the model
-        with one intra-op thread (the workers are the parallelism), so that every worker shares
-        those pages instead of loading its own copy. It starts no thread: a forked child would lack it."""
+        (`sessions.for_workers`), so that every worker shares those pages instead of loading its own
+        copy. It starts no thread: a forked child would lack it."""
         import stormbuffer.retrieval  # noqa: F401
-        from stormbuffer.embedding.sessions import one_thread
+        from stormbuffer.embedding.sessions import for_workers
 
-        one_thread()
+        for_workers()
         self.session.embedder.get()
 
     def warm_up(self) -> None:
