@@ -9,6 +9,8 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +18,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from stormbuffer.adapters.http.connections import HEADER_TIMEOUT_S
 from tests.http.conftest import TIMEOUT, Server, sandbox_with_stores, start
 from tests.mcp.conftest import call
 
 from .test_mcp import RECALL, remote
-from .test_server import Team
+from .test_server import Team, reader_token, self_signed, team_server
 
 STORED = "01900000-0000-7000-8000-0000000007a1"
 RATE = 40  # requests per minute and token
@@ -167,6 +170,30 @@ def test_both_workers_embed_queries_with_the_model_opened_before_they_forked(tea
         assert "stormbuffer-semantic-fallback" not in answer.headers
         assert answer.json()[0]["record_id"] == STORED
     assert answers["1"].json() == answers["2"].json()
+
+
+def test_both_workers_speak_tls_and_close_a_handshake_that_never_ends(tmp_path: Path) -> None:
+    box = sandbox_with_stores(tmp_path / "sandbox", None)
+    cert, key = self_signed(tmp_path)
+    headers = {"Authorization": f"Bearer {reader_token(box)}"}
+    with team_server(box, "--workers", "2", "--tls-cert", str(cert), "--tls-key", str(key)) as address:
+        host, port = address.rsplit(":", 1)
+        began = time.monotonic()
+        silent = socket.create_connection((host, int(port)), timeout=TIMEOUT)  # no handshake, ever
+        trusted = ssl.create_default_context(cafile=cert)
+        limits = httpx2.Limits(max_keepalive_connections=0)
+        with httpx2.Client(base_url=f"https://{address}", verify=trusted, trust_env=False, timeout=TIMEOUT,
+                           limits=limits, headers=headers) as client:  # fmt: skip
+            answers = [client.get("/v1/records") for _ in range(4)]
+        assert [answer.status_code for answer in answers] == [200] * 4
+        assert {answer.headers["Stormbuffer-Worker"] for answer in answers} == {"1", "2"}
+        silent.settimeout(HEADER_TIMEOUT_S + 5)
+        try:
+            assert silent.recv(4096) == b""  # closed by its worker, with nothing said
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - began <= HEADER_TIMEOUT_S + 5
+        silent.close()
 
 
 def test_sigterm_stops_every_worker(team: Team) -> None:
