@@ -31,7 +31,7 @@ import httpx2  # noqa: E402
 from corpus import QUERIES  # noqa: E402
 from invoke_latency import environment  # noqa: E402
 from machine import save  # noqa: E402
-from team_server import MEMORY_TARGET_MB, TeamServer, fresh_store  # noqa: E402
+from team_server import MEMORY_TARGET_MB, TeamServer, fresh_store, print_memory  # noqa: E402
 
 from stormbuffer.auth import Role  # noqa: E402
 from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
@@ -111,11 +111,7 @@ def main() -> None:
                               "answers": dict(counts), "server_memory": memory, "memory_target_mb": MEMORY_TARGET_MB,
                               "memory_meets_target": memory["pss_mb"] <= MEMORY_TARGET_MB}  # fmt: skip
     print(f"sbuf --version: {version * 1000:.1f} ms; {options.workers} worker(s); answers {dict(counts)}")
-    print(f"server memory: PSS {memory['pss_mb']:.0f} MB (target <= {MEMORY_TARGET_MB} MB); RSS {memory['rss_mb']:.0f}"
-          f" MB, {memory['peak_rss_mb']:.0f} MB peak, summed over its processes")  # fmt: skip
-    for process in memory["processes"]:
-        print(f"  pid {process['pid']}: RSS {process['rss_mb']:.0f} MB, PSS {process['pss_mb']:.0f} MB, "
-              f"peak RSS {process['peak_rss_mb']:.0f} MB")  # fmt: skip
+    print_memory(memory)
     save(RESULTS if options.workers == 1 else RESULTS.with_name(f"team_memory_workers{options.workers}.json"), report)
 
 

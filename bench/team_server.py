@@ -127,6 +127,15 @@ class TeamServer:
         self.process.wait(timeout=30)
 
 
+def print_memory(memory: dict[str, Any]) -> None:
+    """`TeamServer.memory_mb`'s figures, summed and per process."""
+    print(f"{'server memory':>26}: PSS {memory['pss_mb']:.0f} MB (target <= {MEMORY_TARGET_MB} MB); RSS "
+          f"{memory['rss_mb']:.0f} MB now, {memory['peak_rss_mb']:.0f} MB peak, summed over its processes")  # fmt: skip
+    for process in memory["processes"]:
+        print(f"{'':>26}  pid {process['pid']}: RSS {process['rss_mb']:.0f} MB, PSS {process['pss_mb']:.0f} MB, "
+              f"peak RSS {process['peak_rss_mb']:.0f} MB")  # fmt: skip
+
+
 def _tree(pid: int) -> list[int]:
     """`pid` and its descendants."""
     found = [pid]
@@ -270,15 +279,7 @@ def main() -> None:
             f"used {report[f'{run}_server_cores']} cores, {report[f'{run}_server_cpu_ms_a_recall']} ms CPU a recall"
         )
         print(f"{'':>26}  connections a process (main first) midway: {report.get(f'{run}_connections')}")
-    print(
-        f"{'server memory':>26}: PSS {memory['pss_mb']:.0f} MB (target <= {MEMORY_TARGET_MB} MB); RSS "
-        f"{memory['rss_mb']:.0f} MB now, {memory['peak_rss_mb']:.0f} MB peak, summed over its processes"
-    )
-    for process in memory["processes"]:
-        print(
-            f"{'':>26}  pid {process['pid']}: RSS {process['rss_mb']:.0f} MB, PSS {process['pss_mb']:.0f} MB, "
-            f"peak RSS {process['peak_rss_mb']:.0f} MB"
-        )
+    print_memory(memory)
     save(RESULTS if options.workers == 1 else RESULTS.with_name(f"team_server_workers{options.workers}.json"), report)
 
 
