@@ -1,5 +1,6 @@
-"""`sbuf serve --team --workers 2` on a real store, spoken to over loopback: requests land on both
-worker processes (each answer names its worker), and a client sees one server — a review-page
+"""`sbuf serve --team --workers 2` on a real store, spoken to over loopback: connections go to the
+two worker processes in turn and stay there (each answer names its worker), both embed queries with
+the model opened before they forked, both speak TLS, and a client sees one server — a review-page
 session holds on either, a token's rate limit is counted across both, a revoked token is refused by
 both at once, MCP and HTTP recall answer — and the server stops whole, leaving no process behind."""
 
