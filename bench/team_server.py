@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -60,7 +61,7 @@ from tests.helpers import SBUF, Sandbox  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "team_server.json"
 TARGETS = {"one_client_recall_p50": 0.025, "paced_recall_p99": 0.300, "team_token_check_p50": 0.001}
-RSS_TARGET_MB = 400
+MEMORY_TARGET_MB = 400  # the sum of the server's processes' PSS
 BUDGET = 512
 WARM_CALLS = 5
 
@@ -68,7 +69,7 @@ WARM_CALLS = 5
 class TeamServer:
     """`sbuf --project serve --team --port 0 --workers N` in the benchmark's store, its log drained."""
 
-    def __init__(self, box: Sandbox, workers: int) -> None:
+    def __init__(self, box: Sandbox, workers: int = 1) -> None:
         command = [str(SBUF), "--project", "serve", "--port", "0", "--team", "--workers", str(workers)]
         self.process = subprocess.Popen(command, cwd=box.cwd,
                                         env=box.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -79,14 +80,39 @@ class TeamServer:
         self.base_url = f"http://{address}"
         self.url = f"{self.base_url}/mcp"
 
-    def memory_mb(self) -> tuple[float, float]:
-        """Resident MB now, and the peak (each process's high-water mark), of the server and its children."""
-        now = peak = 0.0
+    def memory_mb(self) -> dict[str, Any]:
+        """The server's memory now, over its processes: the sum of their PSS (shared pages counted
+        once, split between the processes sharing them: what the server costs the machine), the sum
+        of their RSS and of their peaks (shared pages counted in every process), and each process's
+        RSS and PSS."""
+        processes = []
         for pid in _tree(self.process.pid):
-            status = _status(pid)
-            now += status.get("VmRSS", 0) / 1024
-            peak += status.get("VmHWM", 0) / 1024
-        return now, peak
+            status, rollup = _kb_fields(f"/proc/{pid}/status"), _kb_fields(f"/proc/{pid}/smaps_rollup")
+            processes.append({"pid": pid, "rss_mb": round(status.get("VmRSS", 0) / 1024, 1),
+                              "pss_mb": round(rollup.get("Pss", 0) / 1024, 1),
+                              "peak_rss_mb": round(status.get("VmHWM", 0) / 1024, 1)})  # fmt: skip
+        return {"pss_mb": round(sum(p["pss_mb"] for p in processes), 1),
+                "rss_mb": round(sum(p["rss_mb"] for p in processes), 1),
+                "peak_rss_mb": round(sum(p["peak_rss_mb"] for p in processes), 1), "processes": processes}  # fmt: skip
+
+    def connections(self) -> list[int]:
+        """How many client connections each process of the server holds now (its main process first)."""
+        port = int(self.base_url.rsplit(":", 1)[1])
+        established = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":  # ESTABLISHED
+                    established.add(fields[9])
+        counts = []
+        for pid in _tree(self.process.pid):
+            held = 0
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    held += target.startswith("socket:[") and target[8:-1] in established
+            counts.append(held)
+        return counts
 
     def cpu_s(self) -> float:
         """CPU seconds (user and system) the server and its worker processes have used so far."""
@@ -101,6 +127,15 @@ class TeamServer:
         self.process.wait(timeout=30)
 
 
+def print_memory(memory: dict[str, Any]) -> None:
+    """`TeamServer.memory_mb`'s figures, summed and per process."""
+    print(f"{'server memory':>26}: PSS {memory['pss_mb']:.0f} MB (target <= {MEMORY_TARGET_MB} MB); RSS "
+          f"{memory['rss_mb']:.0f} MB now, {memory['peak_rss_mb']:.0f} MB peak, summed over its processes")  # fmt: skip
+    for process in memory["processes"]:
+        print(f"{'':>26}  pid {process['pid']}: RSS {process['rss_mb']:.0f} MB, PSS {process['pss_mb']:.0f} MB, "
+              f"peak RSS {process['peak_rss_mb']:.0f} MB")  # fmt: skip
+
+
 def _tree(pid: int) -> list[int]:
     """`pid` and its descendants."""
     found = [pid]
@@ -111,10 +146,10 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
-def _status(pid: int) -> dict[str, int]:
-    """The kB fields of /proc/<pid>/status."""
+def _kb_fields(path: str) -> dict[str, int]:
+    """The kB fields of a /proc file such as /proc/<pid>/status or smaps_rollup."""
     fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in Path(path).read_text().splitlines():
         name, _, value = line.partition(":")
         if value.strip().endswith("kB"):
             fields[name] = int(value.split()[0])
@@ -214,7 +249,11 @@ def main() -> None:
         for run, think in (("paced", options.think), ("saturated", 0.0)):
             print(f"{run}: {options.clients} clients for {options.seconds:.0f} s ...", file=sys.stderr)
             began, cpu = time.monotonic(), server.cpu_s()
+            spread = threading.Timer(options.seconds / 2, lambda run=run: report.update(
+                {f"{run}_connections": server.connections()}))  # fmt: skip
+            spread.start()
             phase = asyncio.run(many(server.url, tokens, options.seconds, options.calls, think))
+            spread.cancel()
             wall = time.monotonic() - began
             report[f"{run}_recalls"] = phase.answered
             report[f"{run}_per_second"] = round(phase.answered / wall, 1)
@@ -222,11 +261,12 @@ def main() -> None:
             report[f"{run}_server_cpu_ms_a_recall"] = round((server.cpu_s() - cpu) / phase.answered * 1000, 1)
             measured[f"{run}_recall_p50"] = statistics.median(phase.times)
             measured[f"{run}_recall_p99"] = quantile(phase.times, 99)
-        rss, peak = server.memory_mb()
+        memory = server.memory_mb()
     finally:
         server.stop()
-    report.update(server_rss_mb=round(rss, 1), server_peak_rss_mb=round(peak, 1), rss_target_mb=RSS_TARGET_MB,
-                  rss_meets_target=peak <= RSS_TARGET_MB, results=result_rows(measured, TARGETS, version))  # fmt: skip
+    report.update(server_memory=memory, server_pss_mb=memory["pss_mb"], memory_target_mb=MEMORY_TARGET_MB,
+                  memory_meets_target=memory["pss_mb"] <= MEMORY_TARGET_MB,
+                  results=result_rows(measured, TARGETS, version))  # fmt: skip
     print(f"sbuf --version: {version * 1000:.1f} ms; {options.records} records; {options.workers} worker(s)")
     for row in report["results"]:
         seconds = measured[row["name"]]
@@ -238,7 +278,8 @@ def main() -> None:
             f"{run:>26}: {report[f'{run}_recalls']} recalls, {report[f'{run}_per_second']} a second; the server "
             f"used {report[f'{run}_server_cores']} cores, {report[f'{run}_server_cpu_ms_a_recall']} ms CPU a recall"
         )
-    print(f"{'server RSS':>26}: {rss:.0f} MB now, {peak:.0f} MB peak (target <= {RSS_TARGET_MB} MB)")
+        print(f"{'':>26}  connections a process (main first) midway: {report.get(f'{run}_connections')}")
+    print_memory(memory)
     save(RESULTS if options.workers == 1 else RESULTS.with_name(f"team_server_workers{options.workers}.json"), report)
 
 

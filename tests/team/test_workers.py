@@ -1,5 +1,6 @@
-"""`sbuf serve --team --workers 2` on a real store, spoken to over loopback: requests land on both
-worker processes (each answer names its worker), and a client sees one server — a review-page
+"""`sbuf serve --team --workers 2` on a real store, spoken to over loopback: connections go to the
+two worker processes in turn and stay there (each answer names its worker), both embed queries with
+the model opened before they forked, both speak TLS, and a client sees one server — a review-page
 session holds on either, a token's rate limit is counted across both, a revoked token is refused by
 both at once, MCP and HTTP recall answer — and the server stops whole, leaving no process behind."""
 
@@ -9,6 +10,8 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +19,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from stormbuffer.adapters.http.connections import HEADER_TIMEOUT_S
 from tests.http.conftest import TIMEOUT, Server, sandbox_with_stores, start
 from tests.mcp.conftest import call
 
 from .test_mcp import RECALL, remote
-from .test_server import Team
+from .test_server import Team, reader_token, self_signed, team_server
 
 STORED = "01900000-0000-7000-8000-0000000007a1"
 RATE = 40  # requests per minute and token
@@ -33,7 +37,7 @@ def team(tmp_path_factory: pytest.TempPathFactory, acquired_models: Path) -> Ite
     box = sandbox_with_stores(tmp_path_factory.mktemp("team-workers") / "sandbox", acquired_models)
     server = start(box, "--team", "--workers", "2", "--rate-limit", f"{RATE}/min")
     crew = Team(server)
-    for name in ("rita", "burst", "gone", "mcp"):
+    for name in ("rita", "burst", "gone", "mcp", "spread", "meaning"):
         crew.make(name, "reader")
     server.write(STORED, title="Release constraint", body="Releases ship on Tuesdays after the magnetar check.\n")
     yield crew
@@ -132,6 +136,65 @@ async def test_mcp_and_http_recall_answer(team: Team) -> None:
     with fresh(team.server, {"Authorization": f"Bearer {team.tokens['rita']}"}) as http:
         answer = http.post("/v1/invoke/context", json={"version": 1, "query": "magnetar release"})
     assert answer.status_code == 200 and STORED in answer.text
+
+
+def test_connections_go_to_the_workers_in_turn_and_stay(team: Team) -> None:
+    headers = {"Authorization": f"Bearer {team.tokens['spread']}"}
+    clients = [httpx2.Client(base_url=team.server.base_url, timeout=TIMEOUT, trust_env=False, headers=headers)
+               for _ in range(8)]  # fmt: skip
+    try:
+        first = [client.get("/v1/records").headers["Stormbuffer-Worker"] for client in clients]  # one connection each
+        again = [client.get("/v1/records").headers["Stormbuffer-Worker"] for client in clients]
+    finally:
+        for client in clients:
+            client.close()
+    assert sorted(first) == ["1"] * 4 + ["2"] * 4
+    assert all(one != other for one, other in zip(first, first[1:], strict=False))  # in turn
+    assert again == first  # a client's connection stays with its worker
+
+
+def test_both_workers_embed_queries_with_the_model_opened_before_they_forked(team: Team) -> None:
+    query = {"query": "which weekday do we deploy", "limit": 3}  # no word in common with the record
+    answers: dict[str, httpx2.Response] = {}
+    deadline = time.monotonic() + TIMEOUT
+    with fresh(team.server, {"Authorization": f"Bearer {team.tokens['meaning']}"}) as client:
+        while len(answers) < 2:
+            answer = client.get("/v1/search", params=query)
+            assert answer.status_code == 200, answer.text
+            if answer.headers.get("stormbuffer-semantic-fallback") == "vector_projection_incomplete":
+                assert time.monotonic() < deadline, "the record was never embedded"
+                time.sleep(0.5)
+                continue
+            answers[answer.headers["Stormbuffer-Worker"]] = answer
+    for answer in answers.values():
+        assert answer.headers["stormbuffer-retrieval-mode"] == "hybrid"
+        assert "stormbuffer-semantic-fallback" not in answer.headers
+        assert answer.json()[0]["record_id"] == STORED
+    assert answers["1"].json() == answers["2"].json()
+
+
+def test_both_workers_speak_tls_and_close_a_handshake_that_never_ends(tmp_path: Path) -> None:
+    box = sandbox_with_stores(tmp_path / "sandbox", None)
+    cert, key = self_signed(tmp_path)
+    headers = {"Authorization": f"Bearer {reader_token(box)}"}
+    with team_server(box, "--workers", "2", "--tls-cert", str(cert), "--tls-key", str(key)) as address:
+        host, port = address.rsplit(":", 1)
+        began = time.monotonic()
+        silent = socket.create_connection((host, int(port)), timeout=TIMEOUT)  # no handshake, ever
+        trusted = ssl.create_default_context(cafile=cert)
+        limits = httpx2.Limits(max_keepalive_connections=0)
+        with httpx2.Client(base_url=f"https://{address}", verify=trusted, trust_env=False, timeout=TIMEOUT,
+                           limits=limits, headers=headers) as client:  # fmt: skip
+            answers = [client.get("/v1/records") for _ in range(4)]
+        assert [answer.status_code for answer in answers] == [200] * 4
+        assert {answer.headers["Stormbuffer-Worker"] for answer in answers} == {"1", "2"}
+        silent.settimeout(HEADER_TIMEOUT_S + 5)
+        try:
+            assert silent.recv(4096) == b""  # closed by its worker, with nothing said
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - began <= HEADER_TIMEOUT_S + 5
+        silent.close()
 
 
 def test_sigterm_stops_every_worker(team: Team) -> None:

@@ -27,6 +27,8 @@ from .context import current, fail
 from .main import command
 
 if TYPE_CHECKING:
+    import socket
+
     from ..adapters.http.ratelimit import Rate
     from ..auth.oidc import OidcIssuer
 
@@ -198,9 +200,9 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
 
             pages = routes()  # made before any fork: every worker signs the page's forms alike
 
-            def serve_team(worker: int | None = None) -> None:
+            def serve_team(worker: int | None = None, channel: socket.socket | None = None) -> None:
                 credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer, workers > 1)
-                loopback_server(store, sock, credentials, pages, tls, proxy, settings, worker).run([sock])
+                loopback_server(store, sock, credentials, pages, tls, proxy, settings, worker, channel).run([sock])
 
             if workers == 1:
                 serve_team()
@@ -210,9 +212,10 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
 
             try:
                 reset(store.selected.root)
+                store.preload()
             except OSError as exc:
                 fail(f"could not start server: {exc.strerror or type(exc).__name__}")
-            raise SystemExit(serve_forked(workers, serve_team))
+            raise SystemExit(serve_forked(workers, sock, serve_team))
         click.echo(f"Review page: http://{shown}/sign-in?token={token}")
         loopback_server(store, sock, Credentials(token), routes()).run([sock])
     finally:

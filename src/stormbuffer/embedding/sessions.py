@@ -31,6 +31,7 @@ OPTIMIZED_DATA = "optimized.onnx.data"
 OPTIMIZED_NAMES = (OPTIMIZED_FILE, OPTIMIZED_DATA)
 # Weights from this size up go to OPTIMIZED_DATA (mapped); smaller ones stay in the graph file.
 EXTERNAL_MIN_BYTES = 1024
+_for_workers = False  # set by `for_workers`
 
 
 def runtime() -> ModuleType:
@@ -120,13 +121,25 @@ def _options(*, optimize: bool) -> onnxruntime.SessionOptions:
     # shared machine spinning took both more CPU and more wall time per query (two threads, two cores).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only
+    options.enable_cpu_mem_arena = not _for_workers
     return options
+
+
+def for_workers() -> None:
+    """Open this process's later sessions for a server of several worker processes forked after it
+    opens one: with one intra-op thread, onnxruntime starts no thread of its own (a forked child
+    would lack it; the workers are the parallelism), and without the memory arena, which would keep
+    in every worker the largest batch that worker ever embedded (bench/embedding_arena.py: a write
+    of 16 long chunks left 276 MB with it, 209 MB without, at the same CPU a query)."""
+    global _for_workers
+    _for_workers = True
 
 
 def _threads() -> int:
     """Half the cores, at most 4: a store is used alongside editors, agents and builds, and on a busy
-    machine extra intra-op threads make onnxruntime slower, not faster (one core of two here)."""
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
+    machine extra intra-op threads make onnxruntime slower, not faster (one core of two here). One
+    after `for_workers`."""
+    return 1 if _for_workers else max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def bulk_workers() -> int:

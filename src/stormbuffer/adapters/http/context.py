@@ -85,6 +85,16 @@ class StoreContext:
     def repository(self) -> Repository:
         return self.session.repository()
 
+    def preload(self) -> None:
+        """Before the workers of a team server fork: import what a request needs and open the model
+        (`sessions.for_workers`), so that every worker shares those pages instead of loading its own
+        copy. It starts no thread: a forked child would lack it."""
+        import stormbuffer.retrieval  # noqa: F401
+        from stormbuffer.embedding.sessions import for_workers
+
+        for_workers()
+        self.session.embedder.get()
+
     def warm_up(self) -> None:
         """What the first read would do first: import the retrieval layer and sync the view's stores,
         which starts their watchers (run once the server listens; a failure is left to that read)."""

@@ -3,8 +3,9 @@
 The socket is bound here (so a bind failure is one clear line and port 0 picks a free port), and
 the listening address is logged once it accepts connections. Under TLS, the handshake must end
 within the header timeout. A signal stops accepting; requests in flight finish (within `GRACE_S`),
-then the process exits 0. A worker of several (`workers`) marks its answers with its index, stops
-on SIGTERM only (its main process handles SIGINT) and stops when its main process is gone.
+then the process exits 0. A worker of several (`workers`) takes the connections its main process
+hands it on a channel instead of listening itself, marks its answers with its index, stops on
+SIGTERM only (its main process handles SIGINT) and stops when its main process is gone.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -88,11 +90,13 @@ def loopback_server(
     proxy: str | None = None,
     team: TeamSettings | None = None,
     worker: int | None = None,
+    channel: socket.socket | None = None,
 ) -> LoopbackServer:
     """The server of the app for `store` on the bound socket, for holders of `credentials`, over TLS
     with `tls` (certificate and key files), behind the reverse proxy at `proxy`, a team server run
     as `team` says (`run(sockets=[sock])` serves it until a shutdown signal; setting `should_exit`
-    stops it too); as worker `worker` of several, when given (`workers.serve_forked`)."""
+    stops it too); as worker `worker` of several taking its connections on `channel`, when given
+    (`workers.serve_forked`)."""
     from .app import build_app
     from .connections import BoundedH11Protocol, accept_batch
 
@@ -102,7 +106,7 @@ def loopback_server(
                             http=BoundedH11Protocol, ws="none", backlog=accept_batch(),
                             headers=[] if worker is None else [(WORKER_HEADER, str(worker))],
                             ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)  # fmt: skip
-    return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store, worker)
+    return LoopbackServer(config, display_address(*sock.getsockname()[:2]), store, worker, channel)
 
 
 class LoopbackServer(uvicorn.Server):
@@ -110,16 +114,24 @@ class LoopbackServer(uvicorn.Server):
     on a reader thread) and which signal stopped it. It does not re-raise the signal after shutting
     down (uvicorn does, which would end the process by that signal instead of with status 0)."""
 
-    def __init__(self, config: uvicorn.Config, address: str, store: StoreContext, worker: int | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, address: str, store: StoreContext, worker: int | None = None,
+                 channel: socket.socket | None = None) -> None:  # fmt: skip
         super().__init__(config)
         self.address = address
         self.store = store
         self.worker = worker
+        self.channel = channel
         self.parent = os.getppid()
         self.warming: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        if self.config.ssl is None:
+        if self.channel is not None:  # a worker: its main process accepts the connections
+            for sock in sockets or []:
+                sock.close()
+            await super().startup([])
+            if self.started:
+                self._take_connections(self.channel)
+        elif self.config.ssl is None:
             await super().startup(sockets)
         else:  # uvicorn leaves asyncio's 60 s for a TLS handshake, uncounted by the connection cap
             loop = asyncio.get_running_loop()
@@ -135,6 +147,49 @@ class LoopbackServer(uvicorn.Server):
             if self.worker in (None, 1):
                 logger.info("Stormbuffer local API listening address=%s", self.address)
             self.warming = asyncio.ensure_future(self.store.read(self.store.warm_up))
+
+    def _take_connections(self, channel: socket.socket) -> None:
+        """Serve each connection the main process sends on `channel` as if accepted here."""
+        loop = asyncio.get_running_loop()
+        config, state = self.config, self.lifespan.state
+        protocol: Callable[[], asyncio.Protocol] = functools.partial(
+            config.http_protocol_class,  # type: ignore[call-arg]
+            config=config,
+            server_state=self.server_state,
+            app_state=state,
+        )  # uvicorn's own factory (`Server.startup`)
+        handshake = HEADER_TIMEOUT_S if config.ssl else None
+        channel.setblocking(False)
+
+        async def serve(sock: socket.socket) -> None:
+            try:
+                await loop.connect_accepted_socket(protocol, sock, ssl=config.ssl, ssl_handshake_timeout=handshake)
+            except (OSError, ssl.SSLError, TimeoutError):  # gone, or a failed handshake: nothing to answer
+                sock.close()
+
+        def take() -> None:
+            while True:
+                try:
+                    _data, descriptors, _flags, _address = socket.recv_fds(channel, 64, 64)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError:
+                    descriptors, _data = [], b""
+                if not descriptors and not _data:  # the main process is gone
+                    loop.remove_reader(channel.fileno())
+                    return
+                for descriptor in descriptors:
+                    self.server_state.tasks.add(task := loop.create_task(serve(socket.socket(fileno=descriptor))))
+                    task.add_done_callback(self.server_state.tasks.discard)
+
+        loop.add_reader(channel.fileno(), take)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.channel is not None:
+            with contextlib.suppress(ValueError, OSError):
+                asyncio.get_running_loop().remove_reader(self.channel.fileno())
+            self.channel.close()
+        await super().shutdown(sockets)
 
     async def on_tick(self, counter: int) -> bool:
         if self.worker is not None and not self.should_exit and os.getppid() != self.parent:
