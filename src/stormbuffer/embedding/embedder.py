@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 # Padded tokens (texts × the longest text's tokens) in one model call. What a call allocates grows
 # with them (hidden states, the feed-forward layer) and with tokens × width (attention scores), so a
 # fixed budget bounds the memory of embedding whatever the store holds: 1 text of 256 tokens, 8 of 32.
-# Small batches keep a layer's activations in the core's cache: 256 took about 6 % less CPU per token
-# than 1024 (LongMemEval-S turns, one thread; 2048 took 15 % more).
+# Small batches keep a layer's activations in the core's cache: 256 took about 10 % less CPU per token
+# than 1024, 2048 14 % more (LongMemEval-S turns, one thread; docs/performance.md).
 BATCH_TOKENS = 256
 # A call's batches come in multiples of this many (see `_batches`).
 BATCH_GROUP = 2
