@@ -32,7 +32,7 @@ OPTIMIZED_NAMES = (OPTIMIZED_FILE, OPTIMIZED_DATA)
 # Weights from this size up go to OPTIMIZED_DATA (mapped); smaller ones stay in the graph file.
 EXTERNAL_MIN_BYTES = 1024
 # Fusions left out when optimising: onnxruntime's fused SkipLayerNormalization took 8-10 % of a
-# pass on this model, its Add and LayerNormalization apart about 2 % (bench/load_stages.py).
+# pass on this model, its Add and LayerNormalization apart about 2 % (bench/graph_speed.py).
 SKIPPED_FUSIONS = ["SkipLayerNormFusion"]
 
 
