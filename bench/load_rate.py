@@ -78,9 +78,10 @@ def load_once(work: Path, items: list[dict[str, Any]], embedder: Any) -> dict[st
     for item in items:
         build_longmemeval_store(paths, item)
     records = sum(1 for _ in paths.records.glob("*.md"))
-    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    started, cpu_started = time.perf_counter(), time.process_time()
     report = sync_store(paths, embedder)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     with sqlite3.connect(paths.index_path) as conn:
         (sentences,) = conn.execute("SELECT coalesce(sum(length(sentence_vectors)), 0) FROM vectors").fetchone()
     return {
@@ -90,6 +91,9 @@ def load_once(work: Path, items: list[dict[str, Any]], embedder: Any) -> dict[st
         "sentence_vectors": sentences // (4 * embedder.dimension),
         "seconds": round(seconds, 2),
         "memories_per_s": round(records / seconds, 2),
+        "cpu_s": round(cpu, 2),
+        "cpu_s_per_memory": round(cpu / records, 4),
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -115,7 +119,9 @@ def main() -> None:
         run = load_once(work, items, embedder)
         runs.append(run)
         print(f"run {number}: {run['records']} memories, {run['chunks']} chunks, {run['sentence_vectors']} sentence "
-              f"vectors in {run['seconds']} s: {run['memories_per_s']} memories/s", flush=True)  # fmt: skip
+              f"vectors in {run['seconds']} s: {run['memories_per_s']} memories/s, {run['cpu_s']} CPU s "
+              f"({run['cpu_s_per_memory']} per memory), load average {run['load_average_1min']}",
+              flush=True)  # fmt: skip
     version = min(version, version_seconds())
     result = {
         "turns": args.turns,

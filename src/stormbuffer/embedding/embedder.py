@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 
 # Padded tokens (texts × the longest text's tokens) in one model call. What a call allocates grows
 # with them (hidden states, the feed-forward layer) and with tokens × width (attention scores), so a
-# fixed budget bounds the memory of embedding whatever the store holds: 4 texts of 256 tokens, 32 of 32.
-BATCH_TOKENS = 1024
+# fixed budget bounds the memory of embedding whatever the store holds: 1 text of 256 tokens, 8 of 32.
+# Small batches keep a layer's activations in the core's cache: 256 took about 10 % less CPU per token
+# than 1024, 2048 14 % more (LongMemEval-S turns, one thread; docs/performance.md).
+BATCH_TOKENS = 256
+# A call's batches come in multiples of this many (see `_batches`).
+BATCH_GROUP = 2
 POOLED_OUTPUT = "sentence_embedding"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -148,7 +152,7 @@ class Embedder:
 
     def _each_batch(self, ids: list[list[int]], run: Callable[[list[int]], None]) -> None:
         """`run` each batch (similar lengths together: little compute is spent on padding), `workers`
-        at a time; the session releases the interpreter lock while it computes."""
+        at a time, the widest first; the session releases the interpreter lock while it computes."""
         order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
         batches = _batches(order, [len(sequence) for sequence in ids])
         if self.workers < 2 or len(batches) < 2:
@@ -158,7 +162,7 @@ class Embedder:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(self.workers, len(batches))) as pool:
-            for done in [pool.submit(run, batch) for batch in batches]:
+            for done in [pool.submit(run, batch) for batch in reversed(batches)]:
                 done.result()
 
     def _run(self, batch: list[list[int]], *, states: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -194,7 +198,20 @@ def _strings(texts: Sequence[str]) -> list[str]:
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
     """`order` (indexes by ascending length) cut into batches whose padded tokens (texts × longest)
-    fit `BATCH_TOKENS`; a text longer than the budget goes alone."""
+    fit `BATCH_TOKENS`; a text longer than the budget goes alone. The batches come in a multiple
+    of `BATCH_GROUP` of about the same tokens each, so that two workers (`bulk_workers()` on most
+    machines) finish together; they do not depend on the workers, and neither do the vectors."""
+    count = BATCH_GROUP * -(-len(_filled(order, lengths)) // BATCH_GROUP)
+    while count < len(order):
+        even = _even(order, lengths, count)
+        if all(len(batch) * lengths[batch[-1]] <= BATCH_TOKENS for batch in even if len(batch) > 1):
+            return even
+        count += BATCH_GROUP
+    return [[index] for index in order]
+
+
+def _filled(order: list[int], lengths: list[int]) -> list[list[int]]:
+    """Each batch filled up to `BATCH_TOKENS` before the next begins."""
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
@@ -206,6 +223,17 @@ def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
     if current:
         batches.append(current)
     return batches
+
+
+def _even(order: list[int], lengths: list[int], count: int) -> list[list[int]]:
+    """`order` cut into at most `count` runs of about the same number of tokens."""
+    total = sum(lengths[index] for index in order)
+    batches: list[list[int]] = [[] for _ in range(count)]
+    before = 0
+    for index in order:
+        batches[min(count - 1, before * count // total)].append(index)
+        before += lengths[index]
+    return [batch for batch in batches if batch]
 
 
 def mean_pool_l2(states: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
