@@ -127,8 +127,9 @@ def _connected(engine: Engine, commands: Sequence[str], statement: Any = None) -
             transaction = conn.execution_options(**_SNAPSHOT).begin()
             return conn, transaction, _pipelined(conn, commands, statement)
         except DBAPIError as exc:
-            if exc.connection_invalidated:
+            if exc.connection_invalidated:  # the pool's other connections are as likely gone: a new pool
                 conn.invalidate()
+                engine.dispose(close=False)
             conn.close()
             if not exc.connection_invalidated or attempt == 2:
                 raise
@@ -212,6 +213,14 @@ class PostgresProjection:
             result = self.conn.execute(statement, parameters)
             return list(result) if result.returns_rows else []
 
+    def set_local(self, command: str) -> None:
+        """Run a `SET LOCAL` command in this transaction and in the vector search's."""
+        from sqlalchemy import text
+
+        self.rows(text(command))
+        if self.beside is not None:
+            self.beside.set_local(command)
+
     def chunk_rows(self, chunk_ids: Sequence[int], options: SearchOptions) -> Iterable[ChunkRow]:
         from sqlalchemy import select
 
@@ -266,6 +275,7 @@ class Beside:
     engine: Engine
     snapshot: str
     indexed: bool
+    commands: list[str] = field(default_factory=list)  # `SET LOCAL` commands sent as it opens
     opening: Future[Connection] | None = None
     closed: bool = False
     applied: str = ""  # the `SET LOCAL hnsw.…` settings in force
@@ -276,6 +286,16 @@ class Beside:
         with self.lock:
             if self.opening is None and not self.closed:
                 self.opening = _BACKGROUND.submit(self._open)
+
+    def set_local(self, command: str) -> None:
+        """Run a `SET LOCAL` command in this transaction (when it opens, if it is not open yet)."""
+        from sqlalchemy import text
+
+        with self.lock:
+            if self.opening is None:
+                self.commands.append(command)
+                return
+            self.opening.result().execute(text(command))
 
     def rows(self, statement: Any, *, settings: str = "") -> list[Any]:
         """The rows of `statement`, after the `SET LOCAL` statements in `settings` (unless in force)."""
@@ -294,7 +314,8 @@ class Beside:
     def _open(self) -> Connection:
         if not re.fullmatch(r"[0-9A-Fa-f-]+", self.snapshot):
             raise RuntimeError("the server exported a snapshot id of an unknown form")
-        commands = [f"SET TRANSACTION SNAPSHOT '{self.snapshot}'", f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}"]
+        commands = [f"SET TRANSACTION SNAPSHOT '{self.snapshot}'", f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}",
+                    *self.commands]  # fmt: skip
         if self.indexed:
             self.applied = hnsw_settings(FIRST_EF_SEARCH)
             commands += self.applied.split("; ")
