@@ -14,9 +14,11 @@ its HNSW index, as any recall at that size does.
 Also reported: both builds (the directory store's sync; the PostgreSQL store's bulk write of the
 records with their projection, then its vectors and its HNSW index), `sbuf --version` timed in the
 same run, the load average before and after (the machine may be shared), and how many queries
-brought the same record ids in the same order from both. Saves bench/results/engines_daemon.json.
+brought the same record ids in the same order from both. Saves bench/results/engines_daemon.json
+(engines_daemon-LABEL.json with --label: run the previous version with `PYTHONPATH=<a copy of its
+src>`, which the daemons inherit, for a paired comparison).
 
-Usage: python bench/engines_daemon.py [--records 10000] [--queries 200] [--warmup 20]
+Usage: python bench/engines_daemon.py [--records 10000] [--queries 200] [--warmup 20] [--label NAME]
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20, help="recalls per session before timing")
     parser.add_argument("--sample", type=int, default=256)
+    parser.add_argument("--label", help="save to bench/results/engines_daemon-LABEL.json (paired runs of two versions)")
     args = parser.parse_args()
 
     from stormbuffer.daemon import relay
@@ -196,8 +199,9 @@ def main() -> None:
         "load_average_before": load_before, "machine": machine(),
     }  # fmt: skip
     print(json.dumps(results, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    saved = RESULTS.with_name(f"engines_daemon-{args.label}.json") if args.label else RESULTS
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

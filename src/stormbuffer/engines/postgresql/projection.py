@@ -1,14 +1,17 @@
 """The read side of a PostgreSQL projection, behind `engines.projection`.
 
-A reader works in one REPEATABLE READ, READ ONLY transaction: a consistent snapshot, as a SQLite
-read transaction is. Postings come back as rows and are packed into the entries `index.postings`
-ranks, so BM25 is computed by the same code as for a directory store. Vectors are searched in the
+A reader works in one REPEATABLE READ, READ ONLY snapshot, as a SQLite read transaction does: its
+own transaction, and for the vector search a second connection's on the same snapshot (`Beside`), so
+that the server searches vectors while the first answers the lexical side. Postings come back packed
+per term (in PostgreSQL's binary format) into the entries `index.postings` ranks, so BM25 is
+computed by the same code as for a directory store. Vectors are searched in the
 database: exactly (ordered by cosine distance, then chunk id, which no index can serve) until an
 HNSW index exists (`projecting.ensure_vector_index`), then through it with pgvector's iterative scan,
 so that filters on scopes, status, access and kind still leave enough rows.
 
 Each chunk row comes with its vector and its sentences' vectors, and the vector search returns the rows
-of the chunks it finds: a hybrid recall takes four statements (docs/postgresql.md).
+of the chunks it finds. A hybrid recall waits for three round trips on the first connection, the first
+of them with its `BEGIN`, and for none to end its transactions (docs/postgresql.md).
 """
 
 from __future__ import annotations
@@ -68,7 +71,6 @@ def vectors_ready(paths: StorePaths, embedder: Embedder) -> bool:
 
     from ...core.stores import read_config
     from ...embedding import DIMENSION
-    from ...index.chunking import VECTOR_CHUNKS
     from .database import one_statement
 
     config = read_config(paths)
@@ -77,7 +79,7 @@ def vectors_ready(paths: StorePaths, embedder: Embedder) -> bool:
     c, kept, store = found.chunks.c, found.settings.c, config.record_scope
     model, waiting = tuple(one_statement(config.database, select(
         select(kept.value).where(kept.store == store, kept.key == VECTOR_MODEL).scalar_subquery(),
-        exists().where(c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)))[0])  # fmt: skip
+        exists().where(c.store == store, c.embedding.is_(None), c.ordinal < _waiting_bound())))[0])  # fmt: skip
     return bool(model == pj.model_identity(embedder) and not waiting)
 
 
@@ -109,6 +111,16 @@ def _end(conn: Connection, beside: Beside | None) -> None:
             beside.close()
     finally:
         conn.close()
+
+
+def _waiting_bound() -> Any:
+    """The bound on a waiting chunk's ordinal written into the statement, as in the partial index's
+    predicate: a bound parameter would leave a generic plan unable to use that index."""
+    from sqlalchemy import literal_column
+
+    from ...index.chunking import VECTOR_CHUNKS
+
+    return literal_column(str(int(VECTOR_CHUNKS)))
 
 
 _SNAPSHOT: dict[str, Any] = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
@@ -168,14 +180,13 @@ def _opening(found: Tables, store: str, exact: bool) -> Any:
     random page reads as the cached projection costs them (`RANDOM_PAGE_COST`), for this transaction."""
     from sqlalchemy import func, literal, null, select
 
-    from ...index.chunking import VECTOR_CHUNKS
 
     c, kept, counted = found.chunks.c, found.settings.c, found.stats.c
     return select(
         select(func.json_object_agg(kept.key, kept.value)).where(kept.store == store).scalar_subquery(),
         select(counted.chunks).where(counted.store == store).scalar_subquery(),
         select(counted.terms).where(counted.store == store).scalar_subquery(),
-        select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
+        select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < _waiting_bound())
         .scalar_subquery(),
         null() if exact else func.to_regclass(literal(f"{SCHEMA}.{HNSW_INDEX}")),
         func.pg_export_snapshot(),
@@ -213,6 +224,16 @@ class PostgresProjection:
             result = self.conn.execute(statement, parameters)
             return list(result) if result.returns_rows else []
 
+    def binary_rows(self, statement: Any) -> list[Any]:
+        """The rows of `statement` (whose parameters psycopg adapts as they are) in PostgreSQL's binary
+        format: `bytea` values (postings, vectors) come as their bytes, not as hex text to decode."""
+        compiled = statement.compile(dialect=self.conn.dialect, compile_kwargs={"render_postcompile": True})
+        driver = self.conn.connection.driver_connection
+        assert driver is not None
+        with self.lock, driver.cursor(binary=True) as cursor:
+            cursor.execute(str(compiled), compiled.params)
+            return cursor.fetchall()
+
     def set_local(self, command: str) -> None:
         """Run a `SET LOCAL` command in this transaction and in the vector search's."""
         from sqlalchemy import text
@@ -230,7 +251,7 @@ class PostgresProjection:
         r = self.found.records.c
         statement = select(*_row_columns(self.found)).join_from(self.found.chunks, self.found.records)
         statement = _filtered(statement.where(self.found.chunks.c.id == _any(chunk_ids)), r, options)
-        return self.keep(self.rows(statement))
+        return self.keep(self.binary_rows(statement))
 
     def keep(self, rows: Iterable[Any]) -> list[ChunkRow]:
         """The `ChunkRow`s of rows of `_row_columns` (and more after them), keeping their vectors."""
@@ -352,8 +373,8 @@ class PostgresTerms:
         table = self.projection.found.postings
         p = table.c
         wanted = any_(literal(list(terms), ARRAY(Text(collation="C"))))
-        found = dict(self.projection.rows(_packed_entries(table, and_(p.store == self.projection.store,
-                                                                      p.term == wanted))))  # fmt: skip
+        found = dict(self.projection.binary_rows(_packed_entries(table, and_(p.store == self.projection.store,
+                                                                             p.term == wanted))))  # fmt: skip
         return [None if (packed := found.get(term)) is None else _little_endian(packed) for term in terms]
 
     def prefixed(self, term: str) -> list[bytes]:
