@@ -24,7 +24,6 @@ Usage: python bench/engines_daemon.py [--records 10000] [--queries 200] [--warmu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -40,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 from corpus import write_store  # noqa: E402
 from daemon import Session  # noqa: E402
-from engines import MixedVectors  # noqa: E402
+from engines import MixedVectors, save  # noqa: E402
 from hnsw_recall import query_texts, version_seconds  # noqa: E402
 from invoke_latency import environment  # noqa: E402
 from machine import machine  # noqa: E402
@@ -198,10 +197,7 @@ def main() -> None:
         "directory_over_version": round(p50["directory"] / 1000 / version, 2),
         "load_average_before": load_before, "machine": machine(),
     }  # fmt: skip
-    print(json.dumps(results, indent=2))
-    saved = RESULTS.with_name(f"engines_daemon-{args.label}.json") if args.label else RESULTS
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.write_text(json.dumps(results, indent=2) + "\n")
+    save(results, RESULTS, args.label)
 
 
 if __name__ == "__main__":

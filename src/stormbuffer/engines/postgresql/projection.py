@@ -180,7 +180,6 @@ def _opening(found: Tables, store: str, exact: bool) -> Any:
     random page reads as the cached projection costs them (`RANDOM_PAGE_COST`), for this transaction."""
     from sqlalchemy import func, literal, null, select
 
-
     c, kept, counted = found.chunks.c, found.settings.c, found.stats.c
     return select(
         select(func.json_object_agg(kept.key, kept.value)).where(kept.store == store).scalar_subquery(),
