@@ -155,20 +155,27 @@ def _pipelined(conn: Connection, commands: Sequence[str], statement: Any = None)
     """Send `commands` (no parameters, no rows), then `statement`, in one round trip (psycopg's pipeline
     mode), behind the transaction's `BEGIN` when they are the first of it; the one row of `statement`.
     A failure is a DBAPIError, as through SQLAlchemy."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with _as_dbapi_errors(driver), driver.pipeline(), driver.cursor() as cursor:
+        for command in commands:
+            driver.execute(command.encode())
+        if statement is None:
+            return None
+        compiled = statement.compile(dialect=conn.dialect)
+        cursor.execute(str(compiled), compiled.params)
+        return cursor.fetchone()
+
+
+@contextmanager
+def _as_dbapi_errors(driver: Any) -> Iterator[None]:
+    """psycopg's errors on the driver's connection `driver`, raised as SQLAlchemy raises them (DBAPIError,
+    which `database.talking_to` reports), so that statements sent past SQLAlchemy fail as the others."""
     import psycopg
     from sqlalchemy.exc import DBAPIError
 
-    driver = conn.connection.driver_connection
-    assert driver is not None
     try:
-        with driver.pipeline(), driver.cursor() as cursor:
-            for command in commands:
-                driver.execute(command.encode())
-            if statement is None:
-                return None
-            compiled = statement.compile(dialect=conn.dialect)
-            cursor.execute(str(compiled), compiled.params)
-            return cursor.fetchone()
+        yield
     except psycopg.Error as exc:
         raise DBAPIError(None, None, exc, connection_invalidated=driver.closed) from None
 
@@ -229,7 +236,7 @@ class PostgresProjection:
         compiled = statement.compile(dialect=self.conn.dialect, compile_kwargs={"render_postcompile": True})
         driver = self.conn.connection.driver_connection
         assert driver is not None
-        with self.lock, driver.cursor(binary=True) as cursor:
+        with self.lock, _as_dbapi_errors(driver), driver.cursor(binary=True) as cursor:
             cursor.execute(str(compiled), compiled.params)
             return cursor.fetchall()
 
