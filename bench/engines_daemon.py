@@ -12,7 +12,9 @@ the same vectors. At 10,000 records the PostgreSQL store is past `HNSW_FROM` and
 its HNSW index, as any recall at that size does.
 
 Also reported: both builds (the directory store's sync; the PostgreSQL store's bulk write of the
-records with their projection, then its vectors and its HNSW index), `sbuf --version` timed in the
+records with their projection, then its vectors and its HNSW index; then, timed apart, the `VACUUM
+(ANALYZE)` autovacuum runs some time after a load, without which the postings' index-only scans also
+read their table and a run would measure how soon autovacuum came), `sbuf --version` timed in the
 same run, the load average before and after (the machine may be shared), and how many queries
 brought the same record ids in the same order from both. Saves bench/results/engines_daemon.json
 (engines_daemon-LABEL.json with --label: run the previous version with `PYTHONPATH=<a copy of its
@@ -134,6 +136,18 @@ def build_postgresql(home: Path, env: dict[str, str], directory: Any, embedder: 
     return time.perf_counter() - started, indexed
 
 
+def vacuumed(url: str) -> float:
+    """VACUUM (ANALYZE) the projection's tables, as autovacuum does some time after a load (until then
+    index-only scans of the postings still read their table's pages); returns the seconds it took."""
+    import psycopg
+
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE) stormbuffer.projection_records, stormbuffer.projection_chunks, "
+                     "stormbuffer.projection_postings")  # fmt: skip
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=10_000)
@@ -155,6 +169,7 @@ def main() -> None:
         database = server.create_database().split("@/", 1)[1].split("?", 1)[0]
         envs["postgresql"] = daemon_environment(work / "postgresql", server.tcp_url(database))
         postgresql_build, indexed = build_postgresql(work / "postgresql", envs["postgresql"], directory, embedder)
+        vacuum = vacuumed(envs["postgresql"][URL_VARIABLE])
         version = version_seconds()
         queries = query_texts(args.queries)
         for name, env in envs.items():
@@ -193,6 +208,7 @@ def main() -> None:
         "same_record_order": same,
         "build_s": {"directory": round(directory_build, 1), "postgresql": round(postgresql_build, 1)},
         "build_postgresql_over_directory": round(postgresql_build / directory_build, 2),
+        "postgresql_vacuum_after_build_s": round(vacuum, 1),
         "sbuf_version_s": round(version, 3),
         "directory_over_version": round(p50["directory"] / 1000 / version, 2),
         "load_average_before": load_before, "machine": machine(),
