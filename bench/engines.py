@@ -167,8 +167,13 @@ def main() -> None:
         results["postgresql_hnsw_over_directory"] = round(p50["postgresql_hnsw"] / p50["directory"], 2)
     results["directory_over_version"] = round(p50["directory"] / 1000 / version, 2)
     results["build_postgresql_over_directory"] = round(postgres_build / sqlite_build, 2)
+    save(results, RESULTS, args.label)
+
+
+def save(results: dict[str, object], path: Path, label: str | None) -> None:
+    """Print the results and save them to `path`, or beside it as NAME-LABEL.json with a label."""
     print(json.dumps(results, indent=2))
-    saved = RESULTS.with_name(f"engines-{args.label}.json") if args.label else RESULTS
+    saved = path.with_name(f"{path.stem}-{label}.json") if label else path
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -178,7 +178,7 @@ def through_the_index(loaded: Loaded) -> Iterator[pg.PostgresProjection]:
     scope = record_scope(loaded.paths)
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=loaded.embedder.dimension) as projection:
         assert projection.indexed
-        projection.rows(text("SET LOCAL enable_seqscan = off"))
+        projection.set_local("SET LOCAL enable_seqscan = off")
         yield projection
 
 
@@ -276,3 +276,34 @@ def test_similarities_and_sentences_agree_whether_read_with_the_rows_or_asked_fo
     assert asked[0] == read[0] == chunks
     assert asked[1] == read[1]
     assert asked_blobs == read_blobs and asked_blobs
+
+
+def test_the_vector_search_runs_on_a_second_connection_in_the_readings_snapshot(loaded: Loaded) -> None:
+    scope, dimension = record_scope(loaded.paths), loaded.embedder.dimension
+    options = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic"))
+    vector = loaded.embedder.embed(["how do we restore the staging database"])[0]
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        search = projection.vector_search(loaded.embedder)
+        assert search is not None and projection.beside is not None
+        [(ours,)] = projection.rows(text("SELECT pg_backend_pid()"))
+        [(beside,)] = projection.beside.rows(text("SELECT pg_backend_pid()"))
+        assert beside != ours
+        with loaded.engine.begin() as conn:  # another writer removes every record after the snapshot began
+            conn.execute(text("DELETE FROM stormbuffer.projection_records WHERE store = :store"), {"store": scope})
+        found = search.nearest(vector, options, 10)
+        assert len(found.chunks) == 10  # the second connection still reads the snapshot
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        search = projection.vector_search(loaded.embedder)
+        assert search is not None and search.nearest(vector, options, 10).chunks == []
+
+
+def test_a_read_opens_without_a_ping_and_retries_once_when_the_server_dropped_its_connection(loaded: Loaded) -> None:
+    query, options = "where do secrets live", SearchOptions(limit=10, mode="hybrid")
+    _sqlite, before = both(loaded, query, options)  # the reads' connections are now pooled
+    with loaded.engine.connect() as conn:
+        dropped = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                                    "datname = current_database() AND pid <> pg_backend_pid()")).scalar()  # fmt: skip
+    assert dropped
+    sqlite, after = both(loaded, query, options)
+    assert_same(sqlite, after)
+    assert [hit.chunk for hit in after.hits] == [hit.chunk for hit in before.hits]

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 
 import psycopg
+import pytest
 
+from stormbuffer.core.stores import PlatformDirs, View, resolve_store
+from stormbuffer.embedding import Embedder
+from stormbuffer.engines.postgresql.projecting import embed_store
+from stormbuffer.engines.postgresql.projection import vectors_ready
+from tests.engines.conftest import VARIABLE
 from tests.helpers import Sandbox, invoke
 
 RECORDS = {
@@ -39,3 +45,20 @@ def test_a_postgresql_store_recalls_what_was_written(sandbox: Sandbox, postgres_
     receipt = context["result"]["receipt"]
     assert receipt["retrieval_mode"] == "hybrid" and receipt.get("semantic_fallback") is None, receipt
     assert context["result"]["blocks"][0]["title"] == "Coffee"
+
+
+def test_one_statement_tells_a_read_whether_vectors_wait(sandbox: Sandbox, postgres_url: str, embedder: Embedder,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    assert sandbox.sbuf("--project", "init", "--engine", "postgresql").returncode == 0
+    paths = resolve_store(View.PROJECT, sandbox.cwd, PlatformDirs.from_environ(sandbox.env))
+    monkeypatch.setenv(VARIABLE, postgres_url)
+    assert vectors_ready(paths, embedder)  # nothing waits
+    for title, body in RECORDS.items():
+        assert sandbox.sbuf("--project", "add", "--access", "agent", "--title", title, "--body", body).returncode == 0
+    assert not vectors_ready(paths, embedder)  # the writes left their chunks waiting
+    report = embed_store(paths, embedder)
+    assert report.embedded == len(RECORDS) and waiting_vectors(postgres_url) == 0
+    assert vectors_ready(paths, embedder)
+    with psycopg.connect(postgres_url) as conn:  # another model made the vectors
+        conn.execute("UPDATE stormbuffer.projection_settings SET value = 'other' WHERE key = 'vector_model'")
+    assert not vectors_ready(paths, embedder)

@@ -99,9 +99,14 @@ def ready_for_retrieval(
 
 def _embed_deferred(paths: StorePaths, embedder: Embedder, freshness: FreshnessRegistry) -> SyncReport:
     """A long-running process's read of a PostgreSQL store: up to `READ_EMBED_LIMIT` waiting texts are
-    embedded now; more are all left to the store's backlog thread, started here."""
+    embedded now; more are all left to the store's backlog thread, started here. A store with nothing
+    waiting costs one statement."""
     from ..engines.postgresql.projecting import embed_store
+    from ..engines.postgresql.projection import vectors_ready
+    from ..index.sync import SyncReport
 
+    if vectors_ready(paths, embedder):
+        return SyncReport()
     report = embed_store(paths, embedder, limit=READ_EMBED_LIMIT, defer=True)
     if report.pending:
         freshness.backlog(paths).start(embedder)

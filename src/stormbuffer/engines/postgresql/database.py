@@ -17,13 +17,13 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import DatabaseUnavailable, StoreError
 from ...core.stores import EMBEDDED
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine
+    from sqlalchemy import Connection, Engine, Executable, Row
 
 _REASONS = {  # SQLSTATE → what a person can act on
     "28P01": "authentication failed (check the user and password)",
@@ -80,9 +80,10 @@ def engine_for(url: str) -> Engine:
 
 
 def autocommit_engine_for(url: str) -> Engine:
-    """A second pool per URL and process, for single statements that need no transaction: in
-    autocommit and without a ping at checkout, so a statement is one round trip (its caller retries
-    once on a connection the server dropped)."""
+    """A second pool per URL and process, without a ping at checkout, in autocommit: for single
+    statements that need no transaction, so a statement is one round trip, and for read snapshots,
+    whose transaction begins with their first statement (`projection._connected`). Their callers retry
+    once on a connection the server dropped."""
     return _pool(url, autocommit=True)
 
 
@@ -140,6 +141,24 @@ def talking_to(variable: str) -> Iterator[None]:
         yield
     except (SQLAlchemyError, ArgumentError) as exc:
         raise DatabaseUnavailable(f"{named(variable)} cannot be used: {reason(exc)}") from None
+
+
+def one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
+    """The rows of one statement, run in autocommit (tried once more on a fresh connection when the
+    server had dropped the pooled one)."""
+    from sqlalchemy.exc import DBAPIError
+
+    engine = autocommit_engine_for(database_url(variable))
+    with talking_to(variable):
+        for attempt in (1, 2):
+            try:
+                with engine.connect() as conn:
+                    result = conn.execute(statement)
+                    return list(result.all()) if result.returns_rows else []
+            except DBAPIError as exc:
+                if not exc.connection_invalidated or attempt == 2:
+                    raise
+    raise AssertionError("unreachable")
 
 
 @contextmanager

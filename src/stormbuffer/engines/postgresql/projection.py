@@ -1,21 +1,26 @@
 """The read side of a PostgreSQL projection, behind `engines.projection`.
 
-A reader works in one REPEATABLE READ, READ ONLY transaction: a consistent snapshot, as a SQLite
-read transaction is. Postings come back as rows and are packed into the entries `index.postings`
-ranks, so BM25 is computed by the same code as for a directory store. Vectors are searched in the
+A reader works in one REPEATABLE READ, READ ONLY snapshot, as a SQLite read transaction does: its
+own transaction, and for the vector search a second connection's on the same snapshot (`Beside`), so
+that the server searches vectors while the first answers the lexical side. Postings come back packed
+per term (in PostgreSQL's binary format) into the entries `index.postings` ranks, so BM25 is
+computed by the same code as for a directory store. Vectors are searched in the
 database: exactly (ordered by cosine distance, then chunk id, which no index can serve) until an
 HNSW index exists (`projecting.ensure_vector_index`), then through it with pgvector's iterative scan,
 so that filters on scopes, status, access and kind still leave enough rows.
 
 Each chunk row comes with its vector and its sentences' vectors, and the vector search returns the rows
-of the chunks it finds: a hybrid recall takes four statements (docs/postgresql.md).
+of the chunks it finds. A hybrid recall waits for three round trips on the first connection, the first
+of them with its `BEGIN`, and for none to end its transactions (docs/postgresql.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +42,13 @@ if TYPE_CHECKING:
     from ...retrieval.hits import SearchOptions
 
 MAX_EF_SEARCH = 1000  # pgvector's bound on hnsw.ef_search
+FIRST_EF_SEARCH = 200  # set as the vector search's connection opens: four times a hybrid recall's 50 records
 # PostgreSQL's default of 4 prices a random page read as a disk seek: with it the planner joins a
 # recall's few chunks to their records by hashing every record (1.1 ms at 2,000 records) rather than
 # looking each one up (0.2 ms). The projection a recall reads is cached; 1.1 is the usual SSD setting.
 RANDOM_PAGE_COST = 1.1
+# opens the vector search's connections (`Beside`) and ends reads' transactions; threads start lazily
+_BACKGROUND = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stormbuffer-pg-snapshot")
 
 
 @contextmanager
@@ -48,11 +56,31 @@ def reading_store(paths: StorePaths, store: str, variable: str) -> Iterator[Post
     """`reading` the projection of a PostgreSQL store whose database URL is in the environment variable
     `variable`; any database failure, during the read too, is a StoreError naming the variable."""
     from ...embedding import DIMENSION
-    from .database import database_url, engine_for, talking_to
+    from .database import autocommit_engine_for, database_url, talking_to
 
-    with talking_to(variable), reading(engine_for(database_url(variable)), store, paths.root,
+    with talking_to(variable), reading(autocommit_engine_for(database_url(variable)), store, paths.root,
                                        dimension=DIMENSION) as projection:  # fmt: skip
         yield projection
+
+
+def vectors_ready(paths: StorePaths, embedder: Embedder) -> bool:
+    """Whether every chunk of the PostgreSQL store at `paths` that takes a vector has one from `embedder`'s
+    model: one statement in autocommit (no ping, no transaction), which is all a read of a store with
+    nothing waiting costs before its snapshot (`retrieval.prepare`)."""
+    from sqlalchemy import exists, select
+
+    from ...core.stores import read_config
+    from ...embedding import DIMENSION
+    from .database import one_statement
+
+    config = read_config(paths)
+    assert config.database is not None
+    found = tables(DIMENSION)
+    c, kept, store = found.chunks.c, found.settings.c, config.record_scope
+    model, waiting = tuple(one_statement(config.database, select(
+        select(kept.value).where(kept.store == store, kept.key == VECTOR_MODEL).scalar_subquery(),
+        exists().where(c.store == store, c.embedding.is_(None), c.ordinal < _waiting_bound())))[0])  # fmt: skip
+    return bool(model == pj.model_identity(embedder) and not waiting)
 
 
 @contextmanager
@@ -61,41 +89,122 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
     """A read snapshot of the projection of `store` (its record scope) in `engine`'s database; `exact`
     searches vectors exactly even where an HNSW index exists."""
     found = tables(dimension)
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
-        with conn.begin():
-            kept, chunks, terms, pending, indexed, _cost = conn.execute(_opening(found, store, exact)).one()
-            settings = dict(kept or {})
-            settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
-            if VECTOR_MODEL in settings:
-                settings[pj.VECTOR_PENDING] = str(pending or 0)
-            yield PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
+    conn, _transaction, opened = _connected(engine, [], _opening(found, store, exact))
+    beside = None
+    try:
+        kept, chunks, terms, pending, indexed, snapshot, _cost = opened
+        settings = dict(kept or {})
+        settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
+        if VECTOR_MODEL in settings:
+            settings[pj.VECTOR_PENDING] = str(pending or 0)
+        projection = PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
+        projection.beside = beside = Beside(engine, snapshot, bool(indexed))
+        yield projection
+    finally:  # nothing was written: the transactions end (and their connections go back) off the reader's path
+        _BACKGROUND.submit(_end, conn, beside)
+
+
+def _end(conn: Connection, beside: Beside | None) -> None:
+    """End a read: its vector search's transaction, then its own (rolled back as its connection is returned)."""
+    try:
+        if beside is not None:
+            beside.close()
+    finally:
+        conn.close()
+
+
+def _waiting_bound() -> Any:
+    """The bound on a waiting chunk's ordinal written into the statement, as in the partial index's
+    predicate: a bound parameter would leave a generic plan unable to use that index."""
+    from sqlalchemy import literal_column
+
+    from ...index.chunking import VECTOR_CHUNKS
+
+    return literal_column(str(int(VECTOR_CHUNKS)))
+
+
+_SNAPSHOT: dict[str, Any] = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+
+
+def _connected(engine: Engine, commands: Sequence[str], statement: Any = None) -> tuple[Connection, Any, Any]:
+    """A connection of `engine` in a READ ONLY, REPEATABLE READ transaction begun with `commands` and
+    `statement` (`_pipelined`): the connection, its transaction and the row of `statement`. Nothing is
+    sent before (no ping): when the server had dropped the pooled connection, this is tried once more
+    on a new one."""
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in (1, 2):
+        conn = engine.connect()
+        try:
+            transaction = conn.execution_options(**_SNAPSHOT).begin()
+            return conn, transaction, _pipelined(conn, commands, statement)
+        except DBAPIError as exc:
+            if exc.connection_invalidated:  # the pool's other connections are as likely gone: a new pool
+                conn.invalidate()
+                engine.dispose(close=False)
+            conn.close()
+            if not exc.connection_invalidated or attempt == 2:
+                raise
+        except BaseException:
+            conn.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+def _pipelined(conn: Connection, commands: Sequence[str], statement: Any = None) -> Any:
+    """Send `commands` (no parameters, no rows), then `statement`, in one round trip (psycopg's pipeline
+    mode), behind the transaction's `BEGIN` when they are the first of it; the one row of `statement`.
+    A failure is a DBAPIError, as through SQLAlchemy."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with _as_dbapi_errors(driver), driver.pipeline(), driver.cursor() as cursor:
+        for command in commands:
+            driver.execute(command.encode())
+        if statement is None:
+            return None
+        compiled = statement.compile(dialect=conn.dialect)
+        cursor.execute(str(compiled), compiled.params)
+        return cursor.fetchone()
+
+
+@contextmanager
+def _as_dbapi_errors(driver: Any) -> Iterator[None]:
+    """psycopg's errors on the driver's connection `driver`, raised as SQLAlchemy raises them (DBAPIError,
+    which `database.talking_to` reports), so that statements sent past SQLAlchemy fail as the others."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise DBAPIError(None, None, exc, connection_invalidated=driver.closed) from None
 
 
 def _opening(found: Tables, store: str, exact: bool) -> Any:
     """What a reader needs first, in one statement: the store's settings (a JSON object), its BM25
-    statistics, how many chunks wait for a vector, and whether the HNSW index answers. It also prices
+    statistics, how many chunks wait for a vector, whether the HNSW index answers, and the snapshot's
+    id for the vector search's connection (`Beside`). It also prices
     random page reads as the cached projection costs them (`RANDOM_PAGE_COST`), for this transaction."""
     from sqlalchemy import func, literal, null, select
-
-    from ...index.chunking import VECTOR_CHUNKS
 
     c, kept, counted = found.chunks.c, found.settings.c, found.stats.c
     return select(
         select(func.json_object_agg(kept.key, kept.value)).where(kept.store == store).scalar_subquery(),
         select(counted.chunks).where(counted.store == store).scalar_subquery(),
         select(counted.terms).where(counted.store == store).scalar_subquery(),
-        select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
+        select(func.count()).where(c.store == store, c.embedding.is_(None), c.ordinal < _waiting_bound())
         .scalar_subquery(),
         null() if exact else func.to_regclass(literal(f"{SCHEMA}.{HNSW_INDEX}")),
+        func.pg_export_snapshot(),
         func.set_config("random_page_cost", str(RANDOM_PAGE_COST), True),
     )  # fmt: skip
 
 
 @dataclass
 class PostgresProjection:
-    """One read transaction on a PostgreSQL projection. Its methods may be called from two threads (the
-    query's vector search runs beside the lexical side): they take turns on the one connection."""
+    """One read transaction on a PostgreSQL projection. Its methods may be called from two threads: the
+    query's vector search runs on a second connection in the same snapshot (`Beside`), so the server
+    works on it while this one answers the lexical side's statements."""
 
     conn: Connection
     store: str
@@ -109,6 +218,7 @@ class PostgresProjection:
     vectors: dict[int, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     # the options of the last vector search and the rows of the chunks it found, read in the same statement
     nearest_rows: tuple[SearchOptions | None, dict[int, ChunkRow]] = (None, {})
+    beside: Beside | None = None  # the second connection the vector search runs on
 
     @property
     def terms(self) -> PostgresTerms:
@@ -120,6 +230,24 @@ class PostgresProjection:
             result = self.conn.execute(statement, parameters)
             return list(result) if result.returns_rows else []
 
+    def binary_rows(self, statement: Any) -> list[Any]:
+        """The rows of `statement` (whose parameters psycopg adapts as they are) in PostgreSQL's binary
+        format: `bytea` values (postings, vectors) come as their bytes, not as hex text to decode."""
+        compiled = statement.compile(dialect=self.conn.dialect, compile_kwargs={"render_postcompile": True})
+        driver = self.conn.connection.driver_connection
+        assert driver is not None
+        with self.lock, _as_dbapi_errors(driver), driver.cursor(binary=True) as cursor:
+            cursor.execute(str(compiled), compiled.params)
+            return cursor.fetchall()
+
+    def set_local(self, command: str) -> None:
+        """Run a `SET LOCAL` command in this transaction and in the vector search's."""
+        from sqlalchemy import text
+
+        self.rows(text(command))
+        if self.beside is not None:
+            self.beside.set_local(command)
+
     def chunk_rows(self, chunk_ids: Sequence[int], options: SearchOptions) -> Iterable[ChunkRow]:
         from sqlalchemy import select
 
@@ -129,7 +257,7 @@ class PostgresProjection:
         r = self.found.records.c
         statement = select(*_row_columns(self.found)).join_from(self.found.chunks, self.found.records)
         statement = _filtered(statement.where(self.found.chunks.c.id == _any(chunk_ids)), r, options)
-        return self.keep(self.rows(statement))
+        return self.keep(self.binary_rows(statement))
 
     def keep(self, rows: Iterable[Any]) -> list[ChunkRow]:
         """The `ChunkRow`s of rows of `_row_columns` (and more after them), keeping their vectors."""
@@ -159,7 +287,83 @@ class PostgresProjection:
     def vector_search(self, embedder: Embedder) -> PgVectorSearch | None:
         if self.settings.get(VECTOR_MODEL) != pj.model_identity(embedder):
             return None
+        if self.beside is not None:
+            self.beside.start()
         return PgVectorSearch(self)
+
+
+@dataclass
+class Beside:
+    """A second connection reading the snapshot `snapshot` of a projection's transaction (exported by
+    its opening), for the vector search. `start` opens it on a thread of its own while the query is
+    embedded and the lexical side reads its rows; it is closed with the projection's transaction. Its
+    statements take turns under its own lock."""
+
+    engine: Engine
+    snapshot: str
+    indexed: bool
+    commands: list[str] = field(default_factory=list)  # `SET LOCAL` commands sent as it opens
+    opening: Future[Connection] | None = None
+    closed: bool = False
+    applied: str = ""  # the `SET LOCAL hnsw.…` settings in force
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        """Open the connection in the background (once)."""
+        with self.lock:
+            if self.opening is None and not self.closed:
+                self.opening = _BACKGROUND.submit(self._open)
+
+    def set_local(self, command: str) -> None:
+        """Run a `SET LOCAL` command in this transaction (when it opens, if it is not open yet)."""
+        from sqlalchemy import text
+
+        with self.lock:
+            if self.opening is None:
+                self.commands.append(command)
+                return
+            self.opening.result().execute(text(command))
+
+    def rows(self, statement: Any, *, settings: str = "") -> list[Any]:
+        """The rows of `statement`, after the `SET LOCAL` statements in `settings` (unless in force)."""
+        from sqlalchemy import text
+
+        self.start()
+        with self.lock:
+            if self.closed or self.opening is None:
+                raise RuntimeError("the projection's read transaction has ended")
+            conn = self.opening.result()
+            if settings and settings != self.applied:
+                conn.execute(text(settings))
+                self.applied = settings
+            return list(conn.execute(statement))
+
+    def _open(self) -> Connection:
+        if not re.fullmatch(r"[0-9A-Fa-f-]+", self.snapshot):
+            raise RuntimeError("the server exported a snapshot id of an unknown form")
+        commands = [f"SET TRANSACTION SNAPSHOT '{self.snapshot}'", f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}",
+                    *self.commands]  # fmt: skip
+        if self.indexed:
+            self.applied = hnsw_settings(FIRST_EF_SEARCH)
+            commands += self.applied.split("; ")
+        return _connected(self.engine, commands)[0]
+
+    def close(self) -> None:
+        """End the second transaction (waiting for its opening or a statement running on it)."""
+        with self.lock:
+            self.closed = True
+            if self.opening is not None and not self.opening.cancel():
+                try:
+                    conn = self.opening.result()
+                except Exception:  # its failure was the vector search's to report
+                    return
+                conn.close()
+
+
+def hnsw_settings(take: int) -> str:
+    """The `SET LOCAL` statements of a search through the HNSW index for the `take` nearest chunks."""
+    return (f"SET LOCAL hnsw.ef_search = {max(40, min(MAX_EF_SEARCH, take))}; "
+            "SET LOCAL hnsw.iterative_scan = relaxed_order")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -175,8 +379,8 @@ class PostgresTerms:
         table = self.projection.found.postings
         p = table.c
         wanted = any_(literal(list(terms), ARRAY(Text(collation="C"))))
-        found = dict(self.projection.rows(_packed_entries(table, and_(p.store == self.projection.store,
-                                                                      p.term == wanted))))  # fmt: skip
+        found = dict(self.projection.binary_rows(_packed_entries(table, and_(p.store == self.projection.store,
+                                                                             p.term == wanted))))  # fmt: skip
         return [None if (packed := found.get(term)) is None else _little_endian(packed) for term in terms]
 
     def prefixed(self, term: str) -> list[bytes]:
@@ -203,7 +407,7 @@ class PgVectorSearch:
         """In one statement: the `take` nearest chunks (exactly, or through the index and then ordered
         exactly), the nearest of each record among them, and the rows of the best `records` of those
         (kept for `chunk_rows`); `take` grows while fewer records than wanted come of it."""
-        from sqlalchemy import func, select, text
+        from sqlalchemy import func, select
         from sqlalchemy.dialects.postgresql import distinct_on
 
         projection = self.projection
@@ -214,10 +418,11 @@ class PgVectorSearch:
                          .where(c.store == projection.store, c.embedding.is_not(None)), records_table.c,
                          options)  # fmt: skip
         take = records * 4
+        assert projection.beside is not None
         while True:
+            settings = ""
             if projection.indexed:
-                projection.rows(text(f"SET LOCAL hnsw.ef_search = {max(40, min(MAX_EF_SEARCH, take))}; "
-                                     "SET LOCAL hnsw.iterative_scan = relaxed_order"))  # one round trip  # fmt: skip
+                settings = hnsw_settings(take)
                 near = base.order_by(distance).limit(take).cte("near")
             else:
                 near = base.order_by(distance, c.id).limit(take).cte("near")
@@ -229,7 +434,7 @@ class PgVectorSearch:
                          .select_from(best).join(chunks, c.id == best.c.id)
                          .join(records_table, (records_table.c.store == c.store) & (records_table.c.id == c.record_id))
                          .order_by(best.c.distance, best.c.id))  # only the rows kept are joined  # fmt: skip
-            found = projection.rows(statement)
+            found = projection.beside.rows(statement, settings=settings)
             if len(found) >= records or not found or found[0][-1] < take:
                 rows = projection.keep(found)
                 projection.nearest_rows = (options, {row[0]: row for row in rows})

@@ -5,7 +5,7 @@ Every call is one short transaction of its own, so every server of the store, on
 token made, revoked or rotated, an audit entry or a session as soon as the call returns: a token is
 checked against the table on every request (by its public id, the primary key), never cached. The
 calls each request makes (a token or session lookup, an audit append) are one statement each, in
-autocommit on a pool that does not ping (`_one_statement`): one round trip, not a ping, a
+autocommit on a pool that does not ping (`database.one_statement`): one round trip, not a ping, a
 transaction's start and its commit. The tables are created on first use in a process when a
 store made before them lacks them.
 """
@@ -23,10 +23,10 @@ from ...auth.sessions import MAX_SESSIONS
 from ...auth.storage import Bound
 from ...auth.tokens import TeamToken, TokenError
 from ...core.stores import StorePaths, record_scope
-from .database import autocommit_engine_for, connection, database_url, talking_to
+from .database import connection, database_url, one_statement
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Executable, Row
+    from sqlalchemy import Connection
 
 PAGE = 1000  # audit entries read per query
 _ready: set[str] = set()  # the URLs whose team tables this process has made sure of
@@ -57,24 +57,6 @@ def _create_tables(variable: str) -> None:
         metadata.create_all(conn, tables=list(TEAM_TABLES))
 
 
-def _one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
-    """The rows of one statement, run in autocommit (tried once more on a fresh connection when the
-    server had dropped the pooled one)."""
-    from sqlalchemy.exc import DBAPIError
-
-    engine = autocommit_engine_for(database_url(variable))
-    with talking_to(variable):
-        for attempt in (1, 2):
-            try:
-                with engine.connect() as conn:
-                    result = conn.execute(statement)
-                    return list(result.all()) if result.returns_rows else []
-            except DBAPIError as exc:
-                if not exc.connection_invalidated or attempt == 2:
-                    raise
-    raise AssertionError("unreachable")
-
-
 class TokenTable(_Tables):
     """The `TokenStorage` of a PostgreSQL store."""
 
@@ -90,7 +72,7 @@ class TokenTable(_Tables):
         from .schema import team_tokens
 
         query = team_tokens.select().where(team_tokens.c.store == self.store, team_tokens.c.id == token_id)
-        rows = _one_statement(self.variable, query)
+        rows = one_statement(self.variable, query)
         return _token(rows[0]) if rows else None
 
     def add(self, entry: TeamToken) -> None:
@@ -149,7 +131,7 @@ class AuditTable(_Tables):
             "records": [str(record) for record in entry.get("records", ())],
             "entry": json.dumps(entry, ensure_ascii=False, separators=(",", ":")),
         }  # fmt: skip
-        _one_statement(self.variable, team_audit.insert().values(**row))
+        one_statement(self.variable, team_audit.insert().values(**row))
 
     def prune(self, before: datetime) -> int:
         from .schema import team_audit
@@ -206,7 +188,7 @@ class SessionTable(_Tables):
             team_sessions.c.key == key,
             team_sessions.c.opened_at >= _ago(lifetime_s),
         )
-        rows = _one_statement(self.variable, query)
+        rows = one_statement(self.variable, query)
         return Bound(rows[0].token_id, rows[0].sha256) if rows else None
 
     def close(self, key: str) -> None:
