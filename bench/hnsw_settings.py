@@ -15,6 +15,7 @@ Usage: python bench/hnsw_settings.py [--vectors 100000] [--sample 2048] [--setti
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -96,6 +97,7 @@ def main() -> None:
                 conn.execute("RESET enable_seqscan")
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
     save(ROOT / "bench" / "results" / f"hnsw_settings-{args.vectors}-{args.sample}.json", {
         "vectors": args.vectors, "queries": len(queries),
         "vectors_are": f"unit mixes of three of {args.sample} real-model vectors (hash-chosen and weighted) per "
