@@ -499,9 +499,8 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     import json
 
     import psycopg
-    from sqlalchemy import event
+    from sqlalchemy import Engine, event
 
-    from stormbuffer.engines.postgresql.database import engine_for
     from stormbuffer.protocol.reads import search
 
     captured: list[tuple[str, Any]] = []
@@ -509,12 +508,11 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         captured.append((statement, parameters))
 
-    pool = engine_for(url)
-    event.listen(pool, "before_cursor_execute", capture)
+    event.listen(Engine, "before_cursor_execute", capture)  # every engine: the reader's pool is the store's
     try:
         search({"query": query, "limit": 10}, session)
     finally:
-        event.remove(pool, "before_cursor_execute", capture)
+        event.remove(Engine, "before_cursor_execute", capture)
     steps = []
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("SET random_page_cost = 1.1")  # as a reader's opening statement sets it
