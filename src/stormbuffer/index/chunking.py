@@ -52,8 +52,15 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cache
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_TOKENS = 256
 MAX_WORDS = 160
@@ -69,7 +76,11 @@ _LIST_MARKER = re.compile(r"(?:[-*+]|[0-9]+[.)])[ \t]")
 _WORD = re.compile(r"\S+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LETTERS_OR_SYMBOL = re.compile(r"[A-Za-z]+|\S")
-_MARKUP_FIRST = frozenset("`~#-*+0123456789") | {""}  # first characters of lines that may not be plain text
+# The start of a line that may be markup: blank, or (after indentation) a fence, "#" or a list marker.
+# Every other line is plain text, whatever the state (a line in a fence or a list item is appended too).
+_MARKUP_START = r"[^\S\n]*(?:$|```|~~~|#|(?:[-*+]|[0-9]+[.)])[ \t])"
+_MARKUP_FIRST_LINE = re.compile(_MARKUP_START, re.MULTILINE)
+_MARKUP_LINE = re.compile("\n" + _MARKUP_START, re.MULTILINE)  # a later line, found by its line break
 
 
 @dataclass(frozen=True)
@@ -241,13 +252,6 @@ class _SectionBuilder:
         self.heading_texts.append(text)
 
 
-def _body_lines(body: str) -> list[str]:
-    lines = body.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
 def _parse_heading(stripped: str) -> tuple[int, str] | None:
     match = _HEADING.match(stripped)
     if match is None:
@@ -257,33 +261,60 @@ def _parse_heading(stripped: str) -> tuple[int, str] | None:
 
 
 def _sections(body: str) -> list[_Section]:
+    """Pass 1. Only the lines that may be markup (`_MARKUP_LINE`) are looked at one by one; the plain
+    lines between two of them go to the builder as one block (their line breaks are kept)."""
     builder = _SectionBuilder()
     fence_close: str | None = None
-    for line in _body_lines(body):
-        stripped = line.lstrip()
-        if fence_close is None and stripped[:1] not in _MARKUP_FIRST:
-            builder.append(line)  # plain text: no fence, heading or list marker starts with its character
-            continue
-        if fence_close is not None:
-            builder.append(line)
-            if stripped.startswith(fence_close):
-                fence_close = None
-                builder.flush()
-        elif stripped.startswith(("```", "~~~")):
-            fence_close = stripped[0] * 3
-            builder.start(line, atomic=True)
-        elif stripped[:1] == "#" and (heading := _parse_heading(stripped)) is not None:
-            builder.heading(*heading)
-        elif not stripped:
-            builder.flush()
-        elif not builder.atomic and _LIST_MARKER.match(stripped):
-            builder.start(line, atomic=True)
-        else:
-            builder.append(line)
+    end = len(body) - 1 if body.endswith("\n") else len(body)  # a final newline adds no empty line
+    position = 0
+    for start in _markup_lines(body, end):
+        if start > position:
+            builder.append(_plain_lines(body[position : start - 1]))
+        line_end = body.find("\n", start, end)
+        position = end + 1 if line_end < 0 else line_end + 1
+        fence_close = _markup_line(builder, body[start : position - 1].removesuffix("\r"), fence_close)
+    if position < end:
+        builder.append(_plain_lines(body[position:end]))
     builder.flush()
     if not builder.sections and builder.heading_texts:
         return [_Section(None, "\n".join(builder.heading_texts), atomic=False)]
     return builder.sections
+
+
+def _markup_lines(body: str, end: int) -> Iterator[int]:
+    """Where each line of ``body[:end]`` that may be markup starts."""
+    if _MARKUP_FIRST_LINE.match(body, 0, end):
+        yield 0
+    for match in _MARKUP_LINE.finditer(body, 0, end):
+        yield match.start() + 1
+
+
+def _plain_lines(block: str) -> str:
+    """Lines without markup, one trailing carriage return removed from each."""
+    return block.replace("\r\n", "\n").removesuffix("\r") if "\r" in block else block
+
+
+def _markup_line(builder: _SectionBuilder, line: str, fence_close: str | None) -> str | None:
+    """Give one line that may be markup to the builder; returns the fence it leaves open, if any."""
+    stripped = line.lstrip()
+    if fence_close is not None:
+        builder.append(line)
+        if stripped.startswith(fence_close):
+            builder.flush()
+            return None
+        return fence_close
+    if stripped.startswith(("```", "~~~")):
+        builder.start(line, atomic=True)
+        return stripped[0] * 3
+    if stripped[:1] == "#" and (heading := _parse_heading(stripped)) is not None:
+        builder.heading(*heading)
+    elif not stripped:
+        builder.flush()
+    elif not builder.atomic and _LIST_MARKER.match(stripped):
+        builder.start(line, atomic=True)
+    else:
+        builder.append(line)
+    return None
 
 
 # --- Pass 2: word-limited chunks ----------------------------------------------------------------
@@ -318,25 +349,76 @@ def _word_chunks(sections: list[_Section], max_words: int) -> Iterator[tuple[str
 
 def _split_by_words(text: str, max_words: int) -> Iterator[tuple[str, int]]:
     """Pieces of at most ``max_words`` words, cut at line boundaries unless one line is too long,
-    each with its number of words."""
-    piece: list[str] = []
+    each with its number of words. Each piece takes as many whole lines as fit, found by bisecting
+    the running word count instead of line by line."""
+    starts, counts = _line_words(text)
+    total = list(accumulate(counts, initial=0))  # words before each line
+    parts: list[str] = []  # the piece so far: a long line's tail and the text of whole lines
     piece_words = 0
-    for line in text.split("\n"):
-        words = len(line.split())
-        if piece and piece_words + words > max_words:
-            yield "\n".join(piece), piece_words
-            piece, piece_words = [], 0
-        if words <= max_words:
-            piece.append(line)
-            piece_words += words
+    line = 0
+    while line < len(counts):
+        words = counts[line]
+        if parts and piece_words + words > max_words:
+            yield "\n".join(parts), piece_words
+            parts, piece_words = [], 0
+        if words <= max_words:  # this line and every following one that fits
+            last = bisect_right(total, total[line] + max_words - piece_words, line + 1) - 1
+            parts.append(text[starts[line] : starts[last] - 1])
+            piece_words += total[last] - total[line]
+            line = last
             continue
-        spans = [match.span() for match in _WORD.finditer(line)]
+        spans = [match.span() for match in _WORD.finditer(text, starts[line], starts[line + 1] - 1)]
         tail_start = (len(spans) - 1) // max_words * max_words
         for start in range(0, tail_start, max_words):
-            yield line[spans[start][0] : spans[start + max_words - 1][1]], max_words
-        piece, piece_words = [line[spans[tail_start][0] : spans[-1][1]]], len(spans) - tail_start
-    if piece:
-        yield "\n".join(piece), piece_words
+            yield text[spans[start][0] : spans[start + max_words - 1][1]], max_words
+        parts, piece_words = [text[spans[tail_start][0] : spans[-1][1]]], len(spans) - tail_start
+        line += 1
+    if parts:
+        yield "\n".join(parts), piece_words
+
+
+_COUNTED_AT_ONCE = 65_536  # characters from which words per line are counted with NumPy
+
+
+def _line_words(text: str) -> tuple[list[int], list[int]]:
+    """Where each line of ``text`` (split at ``"\\n"``) starts, with one more entry one past the end
+    of the text, and how many whitespace-separated words each has."""
+    if len(text) >= _COUNTED_AT_ONCE:
+        return _line_words_at_once(text)
+    lines = text.split("\n")
+    return list(accumulate((len(line) + 1 for line in lines), initial=0)), [len(line.split()) for line in lines]
+
+
+def _line_words_at_once(text: str) -> tuple[list[int], list[int]]:
+    """`_line_words` over the text's code points as one array: a word starts at each character that
+    is not whitespace (``str.isspace``) after one that is, and a line holds the starts between its
+    first character and the next line's."""
+    import numpy as np
+
+    table = _whitespace_table()
+    if text.isascii():
+        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        space = table[codes]
+    else:
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        space = table[np.minimum(codes, table.size - 1)]
+    begins = ~space
+    begins[1:] &= space[:-1]
+    starts = np.concatenate(([0], np.flatnonzero(codes == ord("\n")) + 1, [codes.size + 1]))
+    counts = np.diff(np.searchsorted(np.flatnonzero(begins), starts[:-1]), append=int(begins.sum()))
+    return starts.tolist(), counts.tolist()
+
+
+@cache
+def _whitespace_table() -> np.ndarray:
+    """By code point up to U+3000 (the last whitespace character), whether ``str.isspace`` holds;
+    one more False entry stands for every code point above."""
+    import numpy as np
+
+    return np.array([chr(code).isspace() for code in range(_LAST_SPACE + 1)] + [False])
+
+
+_LAST_SPACE = 0x3000
 
 
 # --- Token cap ----------------------------------------------------------------------------------

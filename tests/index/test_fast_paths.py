@@ -1,0 +1,145 @@
+"""The chunker's and the lexical index's fast paths give exactly what the straightforward definitions
+give, on arbitrary text (Unicode whitespace, line breaks, carriage returns and markdown included):
+sections found line by line, pieces cut line by line, words counted per line, and term counts made
+word by word."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+import Stemmer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stormbuffer.index import chunking
+from stormbuffer.index.chunking import approximate_token_count, chunk_body
+from stormbuffer.index.postings import FIELD_WEIGHTS, weighted_terms
+
+# Pieces that make markdown-ish text with the characters the fast paths treat specially.
+PIECES = ["a", "bé", "x y z", "2026-03-01T10:00", " ", "  ", "\t", "\n", "\n\n", "\r", "\r\n", "\u3000", "\xa0",
+          "\x1c", "\u2028", "\x85", "\x0b", "#", "# ", "## Head", "###### six ##", "####### seven", "```", "~~~",
+          "```py", "- ", "* ", "+\t", "1. ", "12) ", "Dr. ", "3.5", "_", "İ", "ΣΊΣΥΦΟΣ", "東京", "ﬁ"]  # fmt: skip
+TEXT = st.lists(st.sampled_from(PIECES), max_size=80).map("".join) | st.text(max_size=120)
+
+
+def sections_line_by_line(body: str) -> list[tuple[str | None, str, bool]]:
+    """Pass 1 as its definition reads: every line of ``body.split("\\n")`` looked at in turn."""
+    builder = chunking._SectionBuilder()
+    fence_close: str | None = None
+    lines = body.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for line in (line.removesuffix("\r") for line in lines):
+        stripped = line.lstrip()
+        if fence_close is not None:
+            builder.append(line)
+            if stripped.startswith(fence_close):
+                fence_close = None
+                builder.flush()
+        elif stripped.startswith(("```", "~~~")):
+            fence_close = stripped[0] * 3
+            builder.start(line, atomic=True)
+        elif stripped[:1] == "#" and (heading := chunking._parse_heading(stripped)) is not None:
+            builder.heading(*heading)
+        elif not stripped:
+            builder.flush()
+        elif not builder.atomic and chunking._LIST_MARKER.match(stripped):
+            builder.start(line, atomic=True)
+        else:
+            builder.append(line)
+    builder.flush()
+    if not builder.sections and builder.heading_texts:
+        return [(None, "\n".join(builder.heading_texts), False)]
+    return [(section.heading, section.text, section.atomic) for section in builder.sections]
+
+
+def split_line_by_line(text: str, max_words: int) -> Iterator[tuple[str, int]]:
+    """Pieces of at most ``max_words`` words as their definition reads: line by line, a line over the
+    limit cut between words."""
+    piece: list[str] = []
+    piece_words = 0
+    for line in text.split("\n"):
+        words = len(line.split())
+        if piece and piece_words + words > max_words:
+            yield "\n".join(piece), piece_words
+            piece, piece_words = [], 0
+        if words <= max_words:
+            piece.append(line)
+            piece_words += words
+            continue
+        spans = [match.span() for match in re.finditer(r"\S+", line)]
+        tail_start = (len(spans) - 1) // max_words * max_words
+        for start in range(0, tail_start, max_words):
+            yield line[spans[start][0] : spans[start + max_words - 1][1]], max_words
+        piece, piece_words = [line[spans[tail_start][0] : spans[-1][1]]], len(spans) - tail_start
+    if piece:
+        yield "\n".join(piece), piece_words
+
+
+@settings(max_examples=600, deadline=None)
+@given(TEXT)
+def test_sections_are_those_found_line_by_line(body: str) -> None:
+    found = [(section.heading, section.text, section.atomic) for section in chunking._sections(body)]
+    assert found == sections_line_by_line(body)
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXT, st.integers(min_value=1, max_value=6))
+def test_pieces_are_those_cut_line_by_line(text: str, max_words: int) -> None:
+    assert list(chunking._split_by_words(text, max_words)) == list(split_line_by_line(text, max_words))
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXT)
+def test_words_per_line_counted_at_once_are_those_counted_line_by_line(text: str) -> None:
+    starts, counts = chunking._line_words_at_once(text)
+    lines = text.split("\n")
+    assert counts == [len(line.split()) for line in lines]
+    assert [text[start : end - 1] for start, end in zip(starts, starts[1:], strict=False)] == lines
+
+
+def test_the_whitespace_table_is_str_isspace() -> None:
+    table = chunking._whitespace_table()
+    assert table.tolist()[:-1] == [chr(code).isspace() for code in range(chunking._LAST_SPACE + 1)]
+    above = range(chunking._LAST_SPACE + 1, sys.maxunicode + 1)
+    assert not table[-1] and not any(chr(code).isspace() for code in above)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(TEXT, min_size=1, max_size=30).map("\n".join), st.integers(min_value=2, max_value=12))
+def test_a_long_body_chunks_alike_either_way_of_counting_words(body: str, max_words: int) -> None:
+    """Words per line counted with NumPy (a long text) or line by line give the same chunks."""
+
+    def chunks() -> list[tuple[object, ...]]:
+        found = chunk_body("T", body, count_tokens=approximate_token_count, max_tokens=24, max_words=max_words,
+                           exact_chunks=2)  # fmt: skip
+        return [(c.ordinal, c.heading, c.text, c.embed_text, c.word_count) for c in found]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_COUNTED_AT_ONCE", 0)
+        at_once = chunks()
+    assert at_once == chunks()
+
+
+def terms_word_by_word(retrieval_text: str) -> tuple[Counter[str], int]:
+    """A retrieval text's weighted term counts and length, one word at a time."""
+    stem = Stemmer.Stemmer("english").stemWord
+    counts: Counter[str] = Counter()
+    length = 0
+    for field, weight in zip(retrieval_text.split("\n", len(FIELD_WEIGHTS) - 1), FIELD_WEIGHTS, strict=False):
+        for word in re.findall(r"\w+", field):
+            counts[stem(word.lower())] += weight
+            length += weight
+    return counts, length
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(TEXT, min_size=1, max_size=8).map("\n".join))
+def test_weighted_terms_are_those_counted_word_by_word(text: str) -> None:
+    known: dict[str, str] = {}
+    assert weighted_terms(text, known, {}) == terms_word_by_word(text)
+    assert weighted_terms("Deploys\n\n\n\nnote.md\n" + text) == terms_word_by_word("Deploys\n\n\n\nnote.md\n" + text)
