@@ -1027,12 +1027,13 @@ def record_chunks(record: Record, path: str, count: Callable[[str], int]) -> lis
     Past the vector cap a chunk is never embedded: its embedding text is left empty (its hash is still
     that of the text it would have) and its token count is 0."""
     prefix = retrieval_prefix(record, _name(path))
+    counted = functools.cache(count)  # an embedding text was counted when its chunk was fitted
     rows = []
-    for chunk in chunk_body(record.title, record.body, count_tokens=count, exact_chunks=VECTOR_CHUNKS):
+    for chunk in chunk_body(record.title, record.body, count_tokens=counted, exact_chunks=VECTOR_CHUNKS):
         embedded = chunk.ordinal < VECTOR_CHUNKS
         rows.append((
             record.id, chunk.ordinal, chunk.heading, chunk.text, chunk.embed_text if embedded else "",
-            prefix(chunk.heading) + chunk.text, count(chunk.embed_text) if embedded else 0, chunk.word_count,
+            prefix(chunk.heading) + chunk.text, counted(chunk.embed_text) if embedded else 0, chunk.word_count,
             hashlib.sha256(chunk.embed_text.encode()).hexdigest(),
         ))  # fmt: skip
     return rows
