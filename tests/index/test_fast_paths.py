@@ -1,7 +1,7 @@
 """The chunker's and the lexical index's fast paths give exactly what the straightforward definitions
 give, on arbitrary text (Unicode whitespace, line breaks, carriage returns and markdown included):
 sections found line by line, pieces cut line by line, words counted per line, and term counts made
-word by word."""
+word by word; a record file splits into frontmatter and body without copying the body twice."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import Stemmer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stormbuffer.core.codec import split_markdown
 from stormbuffer.index import chunking
 from stormbuffer.index.chunking import approximate_token_count, chunk_body
 from stormbuffer.index.postings import FIELD_WEIGHTS, weighted_terms
@@ -143,3 +144,17 @@ def test_weighted_terms_are_those_counted_word_by_word(text: str) -> None:
     known: dict[str, str] = {}
     assert weighted_terms(text, known, {}) == terms_word_by_word(text)
     assert weighted_terms("Deploys\n\n\n\nnote.md\n" + text) == terms_word_by_word("Deploys\n\n\n\nnote.md\n" + text)
+
+
+LINE = st.text(alphabet=st.characters(blacklist_characters="\n\r"), max_size=12).filter(lambda s: s[:3] != "+++")
+BREAK = st.sampled_from(["\n", "\r\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(LINE, min_size=1, max_size=5), TEXT, BREAK, BREAK)
+def test_a_record_file_splits_into_frontmatter_and_body(lines: list[str], body: str, opening: str, end: str) -> None:
+    """The body comes back as it was after the blank line that follows the closing delimiter."""
+    frontmatter = end.join(lines)
+    assert split_markdown(f"+++{opening}{frontmatter}{end}+++{end}{end}{body}") == (frontmatter, body)
+    with pytest.raises(ValueError, match="blank line"):
+        split_markdown(f"+++{opening}{frontmatter}{end}+++{end}x{body}")

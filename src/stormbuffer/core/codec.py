@@ -39,27 +39,28 @@ _SOURCE_REQUIRED = ("kind", "reference", "actor")
 
 
 def split_markdown(text: str) -> tuple[str, str]:
-    """Return (frontmatter, body) or raise ValueError with the reason."""
+    """Return (frontmatter, body) or raise ValueError with the reason. Works on offsets into `text`:
+    a large record's body is copied once, by the slice that returns it."""
     if text.startswith("+++\n"):
-        rest = text[4:]
+        start = 4
     elif text.startswith("+++\r\n"):
-        rest = text[5:]
+        start = 5
     else:
         raise ValueError("record must begin with a TOML opening delimiter (`+++`)")
-    position = 0
+    position = start
     while True:
-        newline = rest.find("\n", position)
+        newline = text.find("\n", position)
         if newline < 0:
             raise ValueError("record is missing the closing TOML delimiter (`+++`)")
         line_start = newline + 1
         for ending in ("+++\n", "+++\r\n"):
-            if rest.startswith(ending, line_start):
-                frontmatter = rest[:newline].removesuffix("\r")
-                after = rest[line_start + len(ending) :]
-                if after.startswith("\n"):
-                    return frontmatter, after[1:]
-                if after.startswith("\r\n"):
-                    return frontmatter, after[2:]
+            if text.startswith(ending, line_start):
+                frontmatter = text[start:newline].removesuffix("\r")
+                after = line_start + len(ending)
+                if text.startswith("\n", after):
+                    return frontmatter, text[after + 1 :]
+                if text.startswith("\r\n", after):
+                    return frontmatter, text[after + 2 :]
                 raise ValueError("the closing delimiter must be followed by a blank line")
         position = line_start
 
