@@ -124,9 +124,11 @@ def chunk_body(
 def _lexical_pieces(text: str, max_words: int, words: int | None = None) -> Iterator[tuple[str, int]]:
     """``text`` cut by words alone (chunks past the vector cap), each piece at most
     ``LEXICAL_CHARS`` characters (a giant word is sliced), with its word count. ``words``: how many
-    words ``text`` has when known (a text within ``max_words`` is then one piece)."""
-    whole = words is not None and words <= max_words
-    for piece, piece_words in [(text, words or 0)] if whole else _split_by_words(text, max_words):
+    words ``text`` has when known, else counted up to the limit; a text within ``max_words`` is one
+    piece."""
+    if words is None:
+        words = len(text.split(maxsplit=max_words))  # the count when within the limit, else above it
+    for piece, piece_words in [(text, words)] if words <= max_words else _split_by_words(text, max_words):
         piece = piece.strip("\n")
         if len(piece) <= LEXICAL_CHARS:
             if piece_words:
@@ -222,6 +224,7 @@ class _SectionBuilder:
         self.sections: list[_Section] = []
         self.heading_texts: list[str] = []
         self._stack: list[tuple[int, str]] = []
+        self._heading: str | None = None  # the stack's texts joined
         self._lines: list[str] = []
         self._atomic = False
 
@@ -231,8 +234,7 @@ class _SectionBuilder:
 
     def flush(self) -> None:
         if self._lines:
-            heading = HEADING_SEPARATOR.join(text for _, text in self._stack) or None
-            self.sections.append(_Section(heading, "\n".join(self._lines), self._atomic))
+            self.sections.append(_Section(self._heading, "\n".join(self._lines), self._atomic))
         self._lines = []
         self._atomic = False
 
@@ -249,6 +251,7 @@ class _SectionBuilder:
         while self._stack and self._stack[-1][0] >= level:
             self._stack.pop()
         self._stack.append((level, text))
+        self._heading = HEADING_SEPARATOR.join(text for _, text in self._stack)
         self.heading_texts.append(text)
 
 
