@@ -381,6 +381,7 @@ def _split_by_words(text: str, max_words: int) -> Iterator[tuple[str, int]]:
 
 
 _COUNTED_AT_ONCE = 65_536  # characters from which words per line are counted with NumPy
+_LAST_SPACE = 0x3000  # the highest code point that `str.isspace` holds for
 
 
 def _line_words(text: str) -> tuple[list[int], list[int]]:
@@ -419,9 +420,6 @@ def _whitespace_table() -> np.ndarray:
     import numpy as np
 
     return np.array([chr(code).isspace() for code in range(_LAST_SPACE + 1)] + [False])
-
-
-_LAST_SPACE = 0x3000
 
 
 # --- Token cap ----------------------------------------------------------------------------------
