@@ -18,6 +18,7 @@ from stormbuffer.retrieval.lexical import lexical_hits
 from stormbuffer.retrieval.query_vectors import QueryVectors
 from stormbuffer.retrieval.search import effective_options
 from stormbuffer.retrieval.semantic import vector_hits
+from tests.retrieval.test_hybrid import FailingEmbedder
 from tests.stores import make_store, write_record
 
 CORPUS = {
@@ -29,17 +30,12 @@ CORPUS = {
 }
 
 
-class CountingEmbedder:
-    """The real model, counting the texts it embeds."""
+class CountingEmbedder(FailingEmbedder):
+    """The real model, counting the texts it embeds (the identity and tokenizer as `FailingEmbedder`'s)."""
 
     def __init__(self, real: Embedder) -> None:
-        self._real = real
-        self.model_id, self.model_version = real.model_id, real.model_version
-        self.model_checksum, self.dimension, self.max_tokens = real.model_checksum, real.dimension, real.max_tokens
+        super().__init__(real)
         self.embedded: list[str] = []
-
-    def token_count(self, text: str) -> int:
-        return self._real.token_count(text)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.embedded += texts
