@@ -5,8 +5,8 @@ and hooks often ask the same query again (the same prompt recalled by several to
 members asking the same question), and the model gives the same text the same vector: the last
 `RECENT` queries' vectors are kept, by the exact query text, for the embedder that made them. A
 different embedder (another model, or the same one reopened) starts afresh, so a vector is only
-ever reused for the embedder that computed it. Each vector is kept read-only: no caller can change
-what the next one is given.
+ever reused for the embedder that computed it. Each vector is kept as a read-only copy of its own:
+no caller can change what the next one is given.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ class QueryVectors:
             if self._embedder is embedder and (found := self._vectors.get(query)) is not None:
                 self._vectors.move_to_end(query)
                 return found
-        vector = embed()
+        import numpy as np
+
+        vector = np.array(embed())  # its own copy, whatever buffer the embedder wrote it in
         vector.flags.writeable = False
         with self._lock:
             if self._embedder is not embedder:
