@@ -12,8 +12,13 @@ so the two are compared under the same load on the same machine: a paired before
 `sbuf --version` is timed in the same run. Results print and are saved to
 bench/results/team_recall_cpu.json with the machine's load average.
 
+With `--fresh-queries` every query text is new to the server (the same words with a unique tail of
+whitespace), so no recent query's vector is reused: the cost of a recall that must embed its query
+(saved to team_recall_cpu_fresh.json).
+
     .venv/bin/python bench/team_recall_cpu.py [--baseline SRC] [--rounds 3] [--clients 64] [--calls 20]
                                               [--think 1.0] [--records 10000] [--work DIR] [--profile DIR]
+                                              [--fresh-queries]
 """
 
 from __future__ import annotations
@@ -41,27 +46,27 @@ from stormbuffer.auth.tokens import TeamTokens  # noqa: E402
 from stormbuffer.core.stores import record_scope  # noqa: E402
 from tests.helpers import Sandbox  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "team_recall_cpu.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "team_recall_cpu.json"  # with --fresh-queries: _fresh.json
 HERE = Path(__file__).resolve().parents[1] / "src"
 RUN_BUDGET_S = 120.0  # each run's load stops here whatever --calls says
 WARM_CALLS = 2
 
 
 def run_once(box: Sandbox, source: Path, tokens: list[str], calls: int, think: float,
-             profile: Path | None) -> dict[str, Any]:  # fmt: skip
+             profile: Path | None, fresh: bool) -> dict[str, Any]:  # fmt: skip
     """One server from `source`: warmed up by every client, then loaded; its CPU per recall."""
     env = {**box.env, "PYTHONPATH": str(source)}
     server = TeamServer(Sandbox(box.base, env, box.cwd))
     spy = None
     try:
-        asyncio.run(many(server.url, tokens, RUN_BUDGET_S, WARM_CALLS, 0.0))
+        asyncio.run(many(server.url, tokens, RUN_BUDGET_S, WARM_CALLS, 0.0, fresh))
         if profile is not None and shutil.which("py-spy"):
             spy = subprocess.Popen(["py-spy", "record", "--pid", str(server.process.pid), "--rate", "200",
                                     "--output", str(profile), "--format", "raw", "--nonblocking"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
             time.sleep(1.0)
         began, cpu = time.monotonic(), server.cpu_s()
-        phase: Phase = asyncio.run(many(server.url, tokens, RUN_BUDGET_S, calls, think))
+        phase: Phase = asyncio.run(many(server.url, tokens, RUN_BUDGET_S, calls, think, fresh))
         used, wall = server.cpu_s() - cpu, time.monotonic() - began
     finally:
         if spy is not None:
@@ -88,6 +93,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-team-server-bench"))
     parser.add_argument("--profile", type=Path, help="a directory for py-spy stacks of each run")
+    parser.add_argument("--fresh-queries", action="store_true",
+                        help="make every query text new to the server (no recent query vector to reuse)")  # fmt: skip
     options = parser.parse_args()
     if options.baseline is not None and not (options.baseline / "stormbuffer").is_dir():
         raise SystemExit(f"--baseline must be a source directory holding the stormbuffer package: {options.baseline}")
@@ -102,12 +109,14 @@ def main() -> None:
         for name, source in trees.items() if number % 2 == 0 else reversed(trees.items()):
             stacks = options.profile / f"{name}-{number}.txt" if options.profile is not None else None
             print(f"round {number + 1}/{options.rounds}: {name} ...", file=sys.stderr)
-            runs[name].append(run_once(box, source, tokens, options.calls, options.think, stacks))
+            run = run_once(box, source, tokens, options.calls, options.think, stacks, options.fresh_queries)
+            runs[name].append(run)
             print(f"  {runs[name][-1]}", file=sys.stderr)
     report: dict[str, Any] = {"records": options.records, "clients": options.clients, "calls": options.calls,
-                              "think_s": options.think, "version_s": round(version, 4), "runs": runs}  # fmt: skip
+                              "think_s": options.think, "fresh_queries": options.fresh_queries,
+                              "version_s": round(version, 4), "runs": runs}  # fmt: skip
     print(f"sbuf --version: {version * 1000:.1f} ms; {options.clients} clients × {options.calls} recalls, "
-          f"think {options.think} s")  # fmt: skip
+          f"think {options.think} s{', every query new' if options.fresh_queries else ''}")  # fmt: skip
     for name, measured in runs.items():
         cpu = statistics.median(run["cpu_ms_a_recall"] for run in measured)
         report[f"{name}_cpu_ms_a_recall"] = cpu
@@ -115,7 +124,7 @@ def main() -> None:
         p99 = statistics.median(run["p99_ms"] for run in measured)
         print(f"{name:>9}: {cpu:6.2f} ms CPU a recall (median of {len(measured)} runs; "
               f"{cpu / 1000 / version:.3f} × --version), p99 {p99:.0f} ms")  # fmt: skip
-    save(RESULTS, report)
+    save(RESULTS.with_name("team_recall_cpu_fresh.json") if options.fresh_queries else RESULTS, report)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import shutil
@@ -165,10 +166,11 @@ class Phase:
 
 
 async def recall_client(url: str, token: str, seed: int, until: float, calls: int, think: float,
-                        phase: Phase) -> None:  # fmt: skip
+                        phase: Phase, fresh: bool = False) -> None:  # fmt: skip
     """One SDK client: recalls (the corpus queries in turn) until `until` or `calls`, thinking `think`
     seconds (± half) between, noting each recall's seconds in `phase` (after `WARM_CALLS`
-    unmeasured, or with a think time the first)."""
+    unmeasured, or with a think time the first). With `fresh`, each query text is new to the server
+    (`fresh_query`)."""
     rng = random.Random(seed)
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60, trust_env=False) as http,
@@ -181,7 +183,8 @@ async def recall_client(url: str, token: str, seed: int, until: float, calls: in
         for number in range(calls):
             if time.monotonic() >= until:
                 return
-            arguments = {"query": QUERIES[(seed + number) % len(QUERIES)], "budget": BUDGET}
+            query = QUERIES[(seed + number) % len(QUERIES)]
+            arguments = {"query": fresh_query(query) if fresh else query, "budget": BUDGET}
             began = time.perf_counter()
             result = await client.call_tool("memory_recall", arguments)
             elapsed = time.perf_counter() - began
@@ -194,12 +197,22 @@ async def recall_client(url: str, token: str, seed: int, until: float, calls: in
                 await asyncio.sleep(rng.uniform(think / 2, think * 1.5))
 
 
-async def many(url: str, tokens: list[str], seconds: float, calls: int, think: float) -> Phase:
+async def many(url: str, tokens: list[str], seconds: float, calls: int, think: float, fresh: bool = False) -> Phase:
     """The recalls of one client per token, calling at once."""
     phase = Phase()
     until = time.monotonic() + seconds
-    await asyncio.gather(*(recall_client(url, token, n, until, calls, think, phase) for n, token in enumerate(tokens)))
+    await asyncio.gather(*(recall_client(url, token, n, until, calls, think, phase, fresh)
+                           for n, token in enumerate(tokens)))  # fmt: skip
     return phase
+
+
+def fresh_query(query: str) -> str:
+    """`query` made new to the server's recent query vectors, with the same words and the same
+    retrieval: a unique tail of spaces and tabs (the query is embedded and matched stripped)."""
+    return query + f"{next(_FRESH):b}".replace("0", " ").replace("1", "\t")
+
+
+_FRESH = itertools.count(1)
 
 
 def quantile(times: list[float], q: int) -> float:

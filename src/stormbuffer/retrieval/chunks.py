@@ -45,6 +45,6 @@ def load_chunks(projection: Projection, chunk_ids: Iterable[int], options: Searc
             chunk=chunk_id,
         )
         if record_id not in aliases:
-            aliases[record_id] = json.loads(alias_json)
+            aliases[record_id] = [] if alias_json == "[]" else json.loads(alias_json)  # most records have none
         loaded[chunk_id] = LoadedChunk(hit, aliases[record_id], path.rsplit("/", 1)[-1])
     return loaded

@@ -29,7 +29,7 @@ boosts (and the `time:` reason of a time reference).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .hits import SearchHit
 from .timeref import TIME_WEIGHT, TimeReference, closeness
@@ -56,19 +56,22 @@ def fuse(lexical: list[SearchHit], semantic: list[SearchHit], current_scope: str
     """The best `limit` records, one hit each. Both lists must already be sorted best first;
     `without_vectors` holds the (record id, ordinal) of lexical candidates that have no vector."""
     records: dict[str, _Record] = {}
-    for side, (ranked, parts) in enumerate(((lexical, _lexical_parts(lexical)), (semantic, _vector_parts(semantic)))):
-        for hit, part in zip(ranked, parts, strict=True):
-            entry = records.setdefault(hit.record_id, _Record())
-            if side == 0 and entry.lexical is None:
-                entry.lexical = hit
-            elif side == 1 and entry.vector is None:
-                entry.vector = hit
-            entry.parts[side] = max(entry.parts[side], part)
-            if side == 0 and (hit.record_id, hit.ordinal) in without_vectors:
-                entry.without_vectors.add(hit.ordinal)
-            shown, *chunk_parts = entry.chunks.get(hit.ordinal, (hit, 0.0, 0.0))
-            chunk_parts[side] = max(chunk_parts[side], part)
-            entry.chunks[hit.ordinal] = (shown, chunk_parts[0], chunk_parts[1])
+    for hit, part in zip(lexical, _lexical_parts(lexical), strict=True):
+        entry = _entry(records, hit.record_id)
+        if entry.lexical is None:
+            entry.lexical = hit
+        entry.parts[0] = max(entry.parts[0], part)
+        if (hit.record_id, hit.ordinal) in without_vectors:
+            entry.without_vectors.add(hit.ordinal)
+        shown, lexical_part, vector_part = entry.chunks.get(hit.ordinal, (hit, 0.0, 0.0))
+        entry.chunks[hit.ordinal] = (shown, max(lexical_part, part), vector_part)
+    for hit, part in zip(semantic, _vector_parts(semantic), strict=True):
+        entry = _entry(records, hit.record_id)
+        if entry.vector is None:
+            entry.vector = hit
+        entry.parts[1] = max(entry.parts[1], part)
+        shown, lexical_part, vector_part = entry.chunks.get(hit.ordinal, (hit, 0.0, 0.0))
+        entry.chunks[hit.ordinal] = (shown, lexical_part, max(vector_part, part))
     nearness = _nearness(records, time)
     for record_id, entry in records.items():
         best = max(entry.chunks, key=lambda ordinal: (_chunk_score(entry, ordinal), -ordinal))
@@ -77,6 +80,14 @@ def fuse(lexical: list[SearchHit], semantic: list[SearchHit], current_scope: str
         entry.score = score + _boosts(entry, current_scope, nearness.get(record_id), time)[0]
     ranked_records = sorted(records.items(), key=lambda item: _order(item[1]))
     return [_merge(entry, current_scope, nearness.get(record_id), time) for record_id, entry in ranked_records[:limit]]
+
+
+def _entry(records: dict[str, _Record], record_id: str) -> _Record:
+    """The record's entry, made on its first hit."""
+    entry = records.get(record_id)
+    if entry is None:
+        entry = records[record_id] = _Record()
+    return entry
 
 
 def _chunk_score(entry: _Record, ordinal: int) -> float:
@@ -148,8 +159,7 @@ def _merge(entry: _Record, current_scope: str | None, near: float | None, time: 
         reasons.extend(entry.vector.match_reasons)
     reasons.append(f"fusion:lexical={entry.parts[0]:.3f},vector={entry.parts[1]:.3f}")
     reasons += _boosts(entry, current_scope, near, time)[1]
-    return replace(
-        _shown(entry),
+    return _shown(entry).copied(
         score=entry.score,
         lexical_match_reason=entry.lexical.lexical_match_reason if entry.lexical is not None else "vector",
         match_reasons=list(dict.fromkeys(reasons)),

@@ -93,6 +93,13 @@ class SearchHit:
     chunk: int = -1  # the chunk's id in the projection (its row in the vector matrix)
     lexical_part: float = 0.0  # hybrid: the record's BM25 over the best of its store's candidates
 
+    def copied(self, **changes: Any) -> SearchHit:
+        """A shallow copy with `changes`: what `dataclasses.replace` gives (its lists shared, no field
+        checked), without calling `__init__` field by field; a recall copies a hundred hits or more."""
+        hit = object.__new__(SearchHit)
+        hit.__dict__.update(self.__dict__, **changes)
+        return hit
+
     @property
     def sources(self) -> list[dict[str, str]]:
         sources: list[dict[str, str]] = json.loads(self.sources_json)

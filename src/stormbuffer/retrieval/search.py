@@ -39,6 +39,7 @@ from . import timeref
 from .fusion import fuse
 from .hits import SearchHit, SearchOptions, by_lexical_tier, by_score
 from .lexical import lexical_hits
+from .query_vectors import QueryVectors
 from .semantic import similar_hits, vector_hits, with_sentences
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ Opener = Callable[[], AbstractContextManager[Projection]]  # opens one store's p
 CANDIDATE_RECORDS = 50  # depth (in records) of each list fused in hybrid mode, at least the limit
 LEXICAL_CHUNKS_PER_RECORD = 2
 _EMBEDDING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stormbuffer-query-embedding")  # threads start lazily
+_RECENT = QueryVectors()  # the vectors of recent queries (`query_vectors`)
 
 
 @dataclass
@@ -166,7 +168,7 @@ def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, emb
                            for matrix, own, blobs in zip(matrices, matched, sentences, strict=True)]  # fmt: skip
                 for snapshot, found, own, blobs, weighed in zip(snapshots, pending.result(), matched, sentences,
                                                                 similar, strict=True):  # fmt: skip
-                    near = vector_hits(snapshot, found, options)
+                    near = vector_hits(snapshot, found, options, {hit.chunk: hit for hit in own})
                     known = {hit.chunk for hit in near}
                     blobs.update(snapshot.sentence_blobs(known - blobs.keys()))
                     semantic += with_sentences(near, vector, blobs)
@@ -193,10 +195,10 @@ def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, emb
 
 def _nearest(embedder: Embedder, query: str, matrices: list[VectorSearch], options: SearchOptions, depth: int,
              embedded: Future[np.ndarray]) -> list[Nearest]:  # fmt: skip
-    """The query's vector, handed over through `embedded` as soon as it is known, then its nearest rows
-    in each store's vectors (this runs on the worker thread)."""
+    """The query's vector (a recent query's is reused), handed over through `embedded` as soon as it is
+    known, then its nearest rows in each store's vectors (this runs on the worker thread)."""
     try:
-        vector = _embed_query(embedder, query)
+        vector = _RECENT.get(embedder, query, partial(_embed_query, embedder, query))
     except BaseException as exc:
         embedded.set_exception(exc)
         raise

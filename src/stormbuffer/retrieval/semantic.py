@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..engines.projection import Nearest, Projection, VectorSearch
@@ -29,10 +28,19 @@ if TYPE_CHECKING:
 SENTENCE_SHARE = 0.5  # how far a chunk's similarity moves towards its best sentence's
 
 
-def vector_hits(projection: Projection, nearest: Nearest, options: SearchOptions) -> list[SearchHit]:
-    """The hits of the nearest chunks, read from the projection, best first."""
-    loaded = load_chunks(projection, nearest.chunks, options)
-    return [_scored(loaded[chunk_id].hit, similarity)
+def vector_hits(projection: Projection, nearest: Nearest, options: SearchOptions,
+                known: Mapping[int, SearchHit] | None = None) -> list[SearchHit]:  # fmt: skip
+    """The hits of the nearest chunks, best first. A chunk in `known` (chunk id → a hit of it read
+    from this projection with these options, such as a lexical candidate) is copied from there;
+    the others are read from the projection."""
+    known = known or {}
+    loaded = {chunk_id: chunk.hit for chunk_id, chunk in
+              load_chunks(projection, [chunk_id for chunk_id in nearest.chunks if chunk_id not in known],
+                          options).items()}  # fmt: skip
+    for chunk_id in nearest.chunks:
+        if chunk_id in known:
+            loaded[chunk_id] = known[chunk_id].copied(bm25=0.0)  # as read: the vector side has no BM25
+    return [_scored(loaded[chunk_id], similarity)
             for chunk_id, similarity in zip(nearest.chunks, nearest.similarities, strict=True)
             if chunk_id in loaded]  # fmt: skip
 
@@ -45,7 +53,7 @@ def similar_hits(search: VectorSearch, query_vector: np.ndarray, hits: list[Sear
     if not candidates:
         return []
     chunks, similarities = search.similarities(query_vector, sorted(candidates))
-    return [_scored(replace(candidates[chunk_id], bm25=0.0), similarity)
+    return [_scored(candidates[chunk_id].copied(bm25=0.0), similarity)
             for chunk_id, similarity in zip(chunks, similarities, strict=True)]  # fmt: skip
 
 

@@ -1,0 +1,52 @@
+"""The vectors of recent queries, by their exact text, so that a query asked again is not embedded again.
+
+Embedding a query is most of a warm recall's CPU (a few milliseconds of the model's run). Agents
+and hooks often ask the same query again (the same prompt recalled by several tools, a team's
+members asking the same question), and the model gives the same text the same vector: the last
+`RECENT` queries' vectors are kept, by the exact query text, for the embedder that made them. A
+different embedder (another model, or the same one reopened) starts afresh, so a vector is only
+ever reused for the embedder that computed it. Each vector is kept as a read-only copy of its own:
+no caller can change what the next one is given.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..index.sync import Embedder
+
+RECENT = 256  # queries kept (1.5 KB each with a 384-dimension model)
+
+
+class QueryVectors:
+    """Recent query vectors of one embedder at a time, least recently used dropped first."""
+
+    def __init__(self, size: int = RECENT) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._embedder: Embedder | None = None
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def get(self, embedder: Embedder, query: str, embed: Callable[[], np.ndarray]) -> np.ndarray:
+        """The vector of `query` by `embedder`: kept from before, or `embed()` (run without the lock)."""
+        with self._lock:
+            if self._embedder is embedder and (found := self._vectors.get(query)) is not None:
+                self._vectors.move_to_end(query)
+                return found
+        import numpy as np
+
+        vector = np.array(embed())  # its own copy, whatever buffer the embedder wrote it in
+        vector.flags.writeable = False
+        with self._lock:
+            if self._embedder is not embedder:
+                self._embedder, self._vectors = embedder, OrderedDict()
+            self._vectors[query] = vector
+            while len(self._vectors) > self._size:
+                self._vectors.popitem(last=False)
+        return vector
