@@ -5,7 +5,8 @@ on it (`initialize_store(…, engine="postgresql")`) and loads records 0..N-1 of
 (bench/corpus.py) in bulk: each record's canonical Markdown row (`stormbuffer.records`, as a write
 stores it) and its projection rows, built by the engine's own code (`index.sync.record_chunks` for the
 chunks, `index.postings.weighted_terms` for the BM25 postings, `index.sync._chunk_vectors` for the
-vectors and sentence vectors, the statistics row and the vector model setting), streamed with COPY
+vectors and sentence vectors, the statistics row, each term's chunk count (counted from the postings)
+and the vector model setting), streamed with COPY
 into tables whose indexes and constraints are dropped for the load and rebuilt from their own
 definitions afterwards (then VACUUM ANALYZE, as autovacuum would; then the HNSW index through
 `projecting.ensure_vector_index`, in memory: `maintenance_work_mem` raised for that session, one
@@ -59,6 +60,7 @@ from hnsw_recall import query_texts, version_seconds  # noqa: E402
 from machine import save  # noqa: E402
 from scale import ReusedVectors  # noqa: E402
 
+from stormbuffer.engines.postgresql.tables import TERM_COUNTS, TERMS_TABLE  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -356,10 +358,11 @@ def load(
                        (scope, totals["chunks"], totals["terms"]))  # fmt: skip
         cursor.execute(f"INSERT INTO {SCHEMA}.projection_settings (store, key, value) VALUES (%s, %s, %s)",
                        (scope, "vector_model", identity))  # fmt: skip
+        cursor.execute(f"INSERT INTO {SCHEMA}.{TERMS_TABLE} (store, term, chunks) {TERM_COUNTS}")
         conn.commit()
         conn.autocommit = True
         with heartbeat("VACUUM ANALYZE"):
-            for table in (*LOADED, "projection_stats", "projection_settings"):
+            for table in (*LOADED, "projection_stats", "projection_settings", TERMS_TABLE):
                 cursor.execute(f"VACUUM (ANALYZE) {SCHEMA}.{table}")
         statistics_s = time.perf_counter() - at
         say(f"statistics (VACUUM ANALYZE) in {statistics_s:.1f} s")
