@@ -504,6 +504,7 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     import psycopg
     from sqlalchemy import Engine, event
 
+    from stormbuffer.engines.postgresql.projection import PostgresProjection
     from stormbuffer.protocol.reads import search
 
     captured: list[tuple[str, Any]] = []
@@ -511,12 +512,21 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         captured.append((statement, parameters))
 
+    binary_rows = PostgresProjection.binary_rows
+
+    def capture_binary(projection: Any, statement: Any) -> list[Any]:  # sent past SQLAlchemy's events
+        compiled = statement.compile(dialect=projection.conn.dialect, compile_kwargs={"render_postcompile": True})
+        captured.append((str(compiled), compiled.params))
+        return binary_rows(projection, statement)
+
     event.listen(Engine, "before_cursor_execute", capture)  # every engine: the reader's pool is the store's
+    PostgresProjection.binary_rows = capture_binary  # type: ignore[method-assign]
     try:
         search({"query": query, "limit": 10}, session)
     finally:
         event.remove(Engine, "before_cursor_execute", capture)
-    steps = []
+        PostgresProjection.binary_rows = binary_rows  # type: ignore[method-assign]
+    steps: list[dict[str, Any]] = []
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("SET random_page_cost = 1.1")  # as a reader's opening statement sets it
         for statement, parameters in captured:
@@ -524,7 +534,13 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
             if first not in ("SELECT", "WITH"):
                 cursor.execute(statement, parameters)
                 continue
-            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", parameters)
+            cursor.execute("SAVEPOINT step")
+            try:
+                cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", parameters)
+            except psycopg.Error as exc:  # said, and the next statement explained
+                cursor.execute("ROLLBACK TO SAVEPOINT step")
+                steps.append({"statement": " ".join(statement.split())[:160], "error": str(exc)[:200]})
+                continue
             row = cursor.fetchone()
             assert row is not None
             plan = row[0]

@@ -1,6 +1,7 @@
 """How many chunks hold each term, kept by a PostgreSQL store beside its postings: exact after every
 kind of write (through real `sbuf` processes and concurrent writer processes on the test session's
-real server), filled for a store made before the table existed, and checked by `doctor`."""
+real server), filled for a store made before the table existed, and checked by `doctor`. An import
+(a bulk write) is followed by a vacuum of the projection."""
 
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ def test_the_counts_follow_every_kind_of_write(sandbox: Sandbox) -> None:
     ok(sandbox.sbuf("--project", "export", str(exported), cwd=directory))
     assert "Imported: 12\n" in ok(sandbox.sbuf("--project", "import", "--on-scope", "remap", str(exported)))
     assert assert_exact(url) > before
+    with psycopg.connect(url) as conn:  # the import's commit was followed by a vacuum: every page all-visible
+        pages = conn.execute("SELECT relpages, relallvisible FROM pg_class WHERE oid = "
+                             "'stormbuffer.projection_postings'::regclass").fetchone()  # fmt: skip
+    assert pages is not None and pages[0] == pages[1] > 0
 
 
 def test_concurrent_writers_keep_the_counts_exact(sandbox: Sandbox) -> None:

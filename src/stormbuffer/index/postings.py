@@ -438,7 +438,7 @@ def _batches(items: list[str]) -> Iterator[list[str]]:
 class TermLookup(Protocol):
     """Where a projection keeps its postings, as ranking reads them: packed entries (`entry_dtype`)."""
 
-    def own(self, terms: Sequence[str]) -> list[bytes | int | None]:
+    def own(self, terms: Sequence[str]) -> Sequence[bytes | int | None]:
         """The entries of exactly each of `terms` (distinct), None for one that is no term of the index.
         A lookup that knows how many chunks each term is in may give that number instead of the entries of
         a term in at least half of the chunks, but only when another of `terms` surely matches fewer

@@ -211,7 +211,7 @@ def refresh_statistics(conn: Connection, dimension: int) -> None:
     from sqlalchemy import text
 
     found = tables(dimension)
-    names = ", ".join(f"{SCHEMA}.{table.name}" for table in (found.records, found.chunks, found.postings))
+    names = ", ".join(f"{SCHEMA}.{table.name}" for table in (found.records, found.chunks, found.postings, found.terms))
     conn.execute(text(f"ANALYZE {names}"))
 
 
