@@ -5,7 +5,8 @@ on it (`initialize_store(…, engine="postgresql")`) and loads records 0..N-1 of
 (bench/corpus.py) in bulk: each record's canonical Markdown row (`stormbuffer.records`, as a write
 stores it) and its projection rows, built by the engine's own code (`index.sync.record_chunks` for the
 chunks, `index.postings.weighted_terms` for the BM25 postings, `index.sync._chunk_vectors` for the
-vectors and sentence vectors, the statistics row and the vector model setting), streamed with COPY
+vectors and sentence vectors, the statistics row, each term's chunk count (counted from the postings)
+and the vector model setting), streamed with COPY
 into tables whose indexes and constraints are dropped for the load and rebuilt from their own
 definitions afterwards (then VACUUM ANALYZE, as autovacuum would; then the HNSW index through
 `projecting.ensure_vector_index`, in memory: `maintenance_work_mem` raised for that session, one
@@ -59,6 +60,7 @@ from hnsw_recall import query_texts, version_seconds  # noqa: E402
 from machine import save  # noqa: E402
 from scale import ReusedVectors  # noqa: E402
 
+from stormbuffer.engines.postgresql.tables import TERM_COUNTS, TERMS_TABLE  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -356,10 +358,11 @@ def load(
                        (scope, totals["chunks"], totals["terms"]))  # fmt: skip
         cursor.execute(f"INSERT INTO {SCHEMA}.projection_settings (store, key, value) VALUES (%s, %s, %s)",
                        (scope, "vector_model", identity))  # fmt: skip
+        cursor.execute(f"INSERT INTO {SCHEMA}.{TERMS_TABLE} (store, term, chunks) {TERM_COUNTS}")
         conn.commit()
         conn.autocommit = True
         with heartbeat("VACUUM ANALYZE"):
-            for table in (*LOADED, "projection_stats", "projection_settings"):
+            for table in (*LOADED, "projection_stats", "projection_settings", TERMS_TABLE):
                 cursor.execute(f"VACUUM (ANALYZE) {SCHEMA}.{table}")
         statistics_s = time.perf_counter() - at
         say(f"statistics (VACUUM ANALYZE) in {statistics_s:.1f} s")
@@ -501,6 +504,7 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     import psycopg
     from sqlalchemy import Engine, event
 
+    from stormbuffer.engines.postgresql.projection import PostgresProjection
     from stormbuffer.protocol.reads import search
 
     captured: list[tuple[str, Any]] = []
@@ -508,12 +512,21 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         captured.append((statement, parameters))
 
+    binary_rows = PostgresProjection.binary_rows
+
+    def capture_binary(projection: Any, statement: Any) -> list[Any]:  # sent past SQLAlchemy's events
+        compiled = statement.compile(dialect=projection.conn.dialect, compile_kwargs={"render_postcompile": True})
+        captured.append((str(compiled), compiled.params))
+        return binary_rows(projection, statement)
+
     event.listen(Engine, "before_cursor_execute", capture)  # every engine: the reader's pool is the store's
+    PostgresProjection.binary_rows = capture_binary  # type: ignore[method-assign]
     try:
         search({"query": query, "limit": 10}, session)
     finally:
         event.remove(Engine, "before_cursor_execute", capture)
-    steps = []
+        PostgresProjection.binary_rows = binary_rows  # type: ignore[method-assign]
+    steps: list[dict[str, Any]] = []
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("SET random_page_cost = 1.1")  # as a reader's opening statement sets it
         for statement, parameters in captured:
@@ -521,7 +534,13 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
             if first not in ("SELECT", "WITH"):
                 cursor.execute(statement, parameters)
                 continue
-            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", parameters)
+            cursor.execute("SAVEPOINT step")
+            try:
+                cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", parameters)
+            except psycopg.Error as exc:  # said, and the next statement explained
+                cursor.execute("ROLLBACK TO SAVEPOINT step")
+                steps.append({"statement": " ".join(statement.split())[:160], "error": str(exc)[:200]})
+                continue
             row = cursor.fetchone()
             assert row is not None
             plan = row[0]

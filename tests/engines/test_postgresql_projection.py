@@ -28,6 +28,7 @@ from stormbuffer.engines.postgresql.projecting import (
     refresh_statistics,
     unproject,
 )
+from stormbuffer.index import postings
 from stormbuffer.index import projection as pj
 from stormbuffer.index.sync import sync_store
 from stormbuffer.retrieval.hits import SearchOptions
@@ -307,3 +308,23 @@ def test_a_read_opens_without_a_ping_and_retries_once_when_the_server_dropped_it
     sqlite, after = both(loaded, query, options)
     assert_same(sqlite, after)
     assert [hit.chunk for hit in after.hits] == [hit.chunk for hit in before.hits]
+
+
+def test_a_term_in_half_the_chunks_is_not_read_when_a_rarer_one_matches_and_ranks_the_same(loaded: Loaded) -> None:
+    scope, dimension = record_scope(loaded.paths), loaded.embedder.dimension
+    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        chunks = postings.Stats.of(projection.settings).chunks
+        terms = projection.terms
+        note, kubernetes = terms.own(["note", "kubernet"])  # every title says "Note", a few chunks "Kubernetes"
+        assert note == chunks and isinstance(kubernetes, bytes)  # only the count of the common term
+        assert 0 < 2 * len(kubernetes) // 8 < chunks
+        note, prefix = terms.own(["note", "kubern"])  # a prefix of rare terms proves a rarer match too
+        assert note == chunks and prefix is None
+        both_common = terms.own(["note", "record"])  # nothing rarer: both are read
+        assert all(isinstance(entries, bytes) and len(entries) // 8 * 2 >= chunks for entries in both_common)
+        assert isinstance(terms.own(["note", "nosuchterm"])[0], bytes)  # a term of no chunk is not rarer
+    for query in ("note kubernetes", "note kubern", "note record", "notes about pods", "note nosuchterm"):
+        for mode in ("lexical", "hybrid"):
+            sqlite, postgres = both(loaded, query, SearchOptions(limit=10, mode=mode))
+            assert sqlite.hits, query
+            assert_same(sqlite, postgres)

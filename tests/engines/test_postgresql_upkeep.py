@@ -15,7 +15,14 @@ from tests.helpers import Sandbox, invoke
 from tests.postgres import PASSWORD
 
 VARIABLE = "STORMBUFFER_DATABASE_URL"
-KEYED = ("records", "projection_records", "projection_chunks", "projection_postings", "projection_stats")
+KEYED = (
+    "records",
+    "projection_records",
+    "projection_chunks",
+    "projection_postings",
+    "projection_stats",
+    "projection_terms",
+)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

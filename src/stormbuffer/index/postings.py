@@ -438,8 +438,11 @@ def _batches(items: list[str]) -> Iterator[list[str]]:
 class TermLookup(Protocol):
     """Where a projection keeps its postings, as ranking reads them: packed entries (`entry_dtype`)."""
 
-    def own(self, terms: Sequence[str]) -> list[bytes | None]:
-        """The entries of exactly each of `terms` (distinct), None for one that is no term of the index."""
+    def own(self, terms: Sequence[str]) -> Sequence[bytes | int | None]:
+        """The entries of exactly each of `terms` (distinct), None for one that is no term of the index.
+        A lookup that knows how many chunks each term is in may give that number instead of the entries of
+        a term in at least half of the chunks, but only when another of `terms` surely matches fewer
+        than half of them (then `rank` leaves the term out: its entries are never needed)."""
 
     def prefixed(self, term: str) -> list[bytes]:
         """The entries of each indexed term that `term` is a proper prefix of."""
@@ -489,9 +492,12 @@ def rank(
     lookup = SqliteTerms(conn) if isinstance(conn, sqlite3.Connection) else conn
     distinct = list(dict.fromkeys(query_terms))
     owned = lookup.own(distinct)  # in one request: a database server answers them in one round trip
-    matched = [found for term, own in zip(distinct, owned, strict=True) if (found := _matches(lookup, term, own)).size]
-    rarer = [entries for entries in matched if 2 * entries.size < stats.chunks]
-    chosen = rarer or matched
+    matched = [found for term, own in zip(distinct, owned, strict=True)
+               if _size(found := own if isinstance(own, int) else _matches(lookup, term, own))]  # fmt: skip
+    rarer = [entries for entries in matched if 2 * _size(entries) < stats.chunks]
+    chosen = [entries for entries in rarer or matched if not isinstance(entries, int)]
+    if len(chosen) < len(rarer or matched):
+        raise RuntimeError("the lookup left out the postings of a term the ranking needs")
     if not chosen or limit < 1:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     chunk_ids = np.concatenate([entries["chunk"] for entries in chosen])
@@ -505,6 +511,11 @@ def rank(
         found, scores = found[kept], scores[kept]
     order = np.lexsort((found, -scores))[:limit]
     return found[order], scores[order]
+
+
+def _size(entries: np.ndarray | int) -> int:
+    """How many chunks a query term matches: its entries, or their number when the lookup left them unread."""
+    return entries if isinstance(entries, int) else int(entries.size)
 
 
 def _matches(lookup: TermLookup, term: str, own: bytes | None) -> np.ndarray:

@@ -143,13 +143,37 @@ def talking_to(variable: str) -> Iterator[None]:
         raise DatabaseUnavailable(f"{named(variable)} cannot be used: {reason(exc)}") from None
 
 
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"
+_current: set[str] = set()  # URLs whose schema this process found up to date
+
+
+def up_to_date(url: str) -> None:
+    """Bring a database whose projection an earlier version made up to this version's, once per process
+    and URL (one statement when there is nothing to do): the tables added since are created and filled
+    (`tables.create`) under the schema lock, so concurrent processes upgrade it once."""
+    from sqlalchemy import text
+
+    from ...embedding.constants import DIMENSION
+    from .tables import OUTDATED, create
+
+    if url in _current:
+        return
+    with engine_for(url).begin() as conn:
+        if conn.execute(text(OUTDATED)).scalar():
+            conn.execute(text(_SCHEMA_LOCK))
+            create(conn, DIMENSION)
+    _current.add(url)
+
+
 def one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
     """The rows of one statement, run in autocommit (tried once more on a fresh connection when the
     server had dropped the pooled one)."""
     from sqlalchemy.exc import DBAPIError
 
-    engine = autocommit_engine_for(database_url(variable))
+    url = database_url(variable)
     with talking_to(variable):
+        up_to_date(url)
+        engine = autocommit_engine_for(url)
         for attempt in (1, 2):
             try:
                 with engine.connect() as conn:
@@ -165,8 +189,10 @@ def one_statement(variable: str, statement: Executable) -> list[Row[Any]]:
 def connection(variable: str) -> Iterator[Connection]:
     """A connection in a transaction, committed when the block ends normally."""
     url = database_url(variable)
-    with talking_to(variable), engine_for(url).begin() as conn:
-        yield conn
+    with talking_to(variable):
+        up_to_date(url)
+        with engine_for(url).begin() as conn:
+            yield conn
 
 
 def prepare_database(variable: str) -> None:
@@ -179,7 +205,7 @@ def prepare_database(variable: str) -> None:
     from .tables import create as projection_tables
 
     with connection(variable) as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('stormbuffer:schema', 0))"))
+        conn.execute(text(_SCHEMA_LOCK))
         available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
         if available is None:
             raise DatabaseUnavailable(

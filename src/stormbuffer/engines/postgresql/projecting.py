@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...index import postings
@@ -81,6 +81,7 @@ def project(conn: Connection, store: str, items: Sequence[tuple[str, Record]], *
             _set(conn, found, store, VECTOR_MODEL, pj.model_identity(embedder))
     ids = conn.execute(insert(found.chunks).returning(found.chunks.c.id, sort_by_parameter_order=True), values)
     _copy_postings(conn, found, store, zip(ids.scalars(), weighted, strict=True))
+    count_terms(conn, found, store, Counter(term for counts, _length in weighted for term in counts))
     _count(conn, found, store, len(rows), sum(length for _counts, length in weighted))
     return len(rows)
 
@@ -110,6 +111,12 @@ def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimens
     chunks, records = found.chunks, found.records
     gone = conn.execute(select(func.count(), func.coalesce(func.sum(chunks.c.length), 0))
                         .where(chunks.c.store == store, chunks.c.record_id.in_(record_ids))).one()  # fmt: skip
+    if gone[0]:
+        p = found.postings.c
+        held = conn.execute(select(p.term, func.count()).join_from(found.postings, chunks, chunks.c.id == p.chunk)
+                            .where(chunks.c.store == store, chunks.c.record_id.in_(record_ids))
+                            .group_by(p.term))  # fmt: skip
+        count_terms(conn, found, store, {term: -int(number) for term, number in held})
     conn.execute(delete(records).where(records.c.store == store, records.c.id.in_(record_ids)))
     if gone[0]:
         _count(conn, found, store, -int(gone[0]), -int(gone[1]))
@@ -204,7 +211,7 @@ def refresh_statistics(conn: Connection, dimension: int) -> None:
     from sqlalchemy import text
 
     found = tables(dimension)
-    names = ", ".join(f"{SCHEMA}.{table.name}" for table in (found.records, found.chunks, found.postings))
+    names = ", ".join(f"{SCHEMA}.{table.name}" for table in (found.records, found.chunks, found.postings, found.terms))
     conn.execute(text(f"ANALYZE {names}"))
 
 
@@ -223,6 +230,29 @@ def _count(conn: Connection, found: Tables, store: str, chunks: int, terms: int)
             },
         )
     )
+
+
+def count_terms(conn: Connection, found: Tables, store: str, changes: Mapping[str, int]) -> None:
+    """Add `changes` (term → chunks gained, or lost when negative) to the store's chunk count of each term,
+    in one statement whose rows are locked in term order (concurrent writers cannot deadlock on them);
+    a term left in no chunk loses its row."""
+    from sqlalchemy import BigInteger, Text, bindparam, func, select
+    from sqlalchemy.dialects.postgresql import ARRAY, insert
+
+    changed = sorted(term for term, number in changes.items() if number)
+    if not changed:
+        return
+    t = found.terms.c
+    given = select(func.unnest(bindparam("terms", changed, ARRAY(Text))).label("term"),
+                   func.unnest(bindparam("numbers", [changes[term] for term in changed], ARRAY(BigInteger)))
+                   .label("chunks")).subquery("given")  # fmt: skip
+    rows = select(bindparam("store", store, Text), given.c.term, given.c.chunks).order_by(given.c.term)
+    statement = insert(found.terms).from_select(["store", "term", "chunks"], rows)
+    statement = statement.on_conflict_do_update(index_elements=[t.store, t.term],
+                                                set_={"chunks": t.chunks + statement.excluded.chunks})  # fmt: skip
+    emptied = [term for term, left in conn.execute(statement.returning(t.term, t.chunks)) if left <= 0]
+    if emptied:
+        conn.execute(found.terms.delete().where(t.store == store, t.term.in_(emptied)))
 
 
 def _set(conn: Connection, found: Tables, store: str, key: str, value: str) -> None:

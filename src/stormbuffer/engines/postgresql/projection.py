@@ -31,7 +31,7 @@ from ...index import projection as pj
 from ..projection import ChunkRow, Nearest
 from .projecting import VECTOR_MODEL
 from .schema import SCHEMA
-from .tables import HNSW_INDEX, Tables, tables
+from .tables import HNSW_INDEX, TERMS_TABLE, Tables, tables
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,11 +56,13 @@ def reading_store(paths: StorePaths, store: str, variable: str) -> Iterator[Post
     """`reading` the projection of a PostgreSQL store whose database URL is in the environment variable
     `variable`; any database failure, during the read too, is a StoreError naming the variable."""
     from ...embedding import DIMENSION
-    from .database import autocommit_engine_for, database_url, talking_to
+    from .database import autocommit_engine_for, database_url, talking_to, up_to_date
 
-    with talking_to(variable), reading(autocommit_engine_for(database_url(variable)), store, paths.root,
-                                       dimension=DIMENSION) as projection:  # fmt: skip
-        yield projection
+    url = database_url(variable)
+    with talking_to(variable):
+        up_to_date(url)
+        with reading(autocommit_engine_for(url), store, paths.root, dimension=DIMENSION) as projection:
+            yield projection
 
 
 def vectors_ready(paths: StorePaths, embedder: Embedder) -> bool:
@@ -372,16 +374,23 @@ class PostgresTerms:
 
     projection: PostgresProjection
 
-    def own(self, terms: Sequence[str]) -> list[bytes | None]:
-        from sqlalchemy import Text, and_, any_, literal
+    def own(self, terms: Sequence[str]) -> list[bytes | int | None]:
+        """In one statement: each term's chunk count, and its postings unless it is in at least half of the
+        chunks while another query term is proven to match fewer (`_OWN`): `rank` then leaves it out."""
+        from sqlalchemy import Integer, Text, bindparam, text
         from sqlalchemy.dialects.postgresql import ARRAY
 
-        table = self.projection.found.postings
-        p = table.c
-        wanted = any_(literal(list(terms), ARRAY(Text(collation="C"))))
-        found = dict(self.projection.binary_rows(_packed_entries(table, and_(p.store == self.projection.store,
-                                                                             p.term == wanted))))  # fmt: skip
-        return [None if (packed := found.get(term)) is None else _little_endian(packed) for term in terms]
+        projection = self.projection
+        # the terms that may match as prefixes: those `postings.rank` would look up with `prefixed`
+        prefixes = [term for term in terms if not (len(term) == 1 and term.isascii()) and ord(term[-1]) < 0x10FFFF]
+        statement = text(_OWN).bindparams(
+            bindparam("store", projection.store, Text), bindparam("terms", list(terms), ARRAY(Text)),
+            bindparam("lows", prefixes, ARRAY(Text)),
+            bindparam("highs", [_after(term) for term in prefixes], ARRAY(Text)),
+            bindparam("total", postings.Stats.of(projection.settings).chunks, Integer))  # fmt: skip
+        found = {term: (int(chunks), packed) for term, chunks, packed in projection.binary_rows(statement)}
+        return [None if (row := found.get(term)) is None else row[0] if row[1] is None else _little_endian(row[1])
+                for term in terms]  # fmt: skip
 
     def prefixed(self, term: str) -> list[bytes]:
         from sqlalchemy import and_, func
@@ -389,12 +398,40 @@ class PostgresTerms:
         table = self.projection.found.postings
         p = table.c
         if ord(term[-1]) < 0x10FFFF:
-            after = term[:-1] + chr(ord(term[-1]) + 1)
-            where = and_(p.store == self.projection.store, p.term > term, p.term < after)
+            where = and_(p.store == self.projection.store, p.term > term, p.term < _after(term))
         else:
             where = and_(p.store == self.projection.store, p.term > term, func.left(p.term, len(term)) == term)
         found = self.projection.rows(_packed_entries(table, where))
         return [_little_endian(packed) for _term, packed in found]
+
+
+def _after(term: str) -> str:
+    """The first string after every string that begins with `term` (whose last character is not the last)."""
+    return term[:-1] + chr(ord(term[-1]) + 1)
+
+
+# One posting as 8 big-endian bytes: the chunk id, then the low two bytes of its (non-negative) count and length.
+_PACKED = "int4send(chunk::int4) || substring(int4send(count) from 3 for 2) || substring(int4send(length) from 3 for 2)"
+# The query terms' chunk counts and postings (`PostgresTerms.own`). A term's postings are packed (as
+# `_packed_entries` packs them) only if it is in fewer than half of the `total` chunks or no other term
+# is proven to be: a term of the index that is (`own`), or a term of none whose prefixed terms are in
+# fewer than half of the chunks together (`prefixed`: their sum bounds the chunks it matches from above).
+_OWN = f"""
+WITH own AS (
+  SELECT term, chunks FROM {SCHEMA}.{TERMS_TABLE} WHERE store = :store AND term = ANY(:terms)
+), prefixed AS (
+  SELECT sum(t.chunks) AS chunks FROM unnest(CAST(:lows AS text[]), CAST(:highs AS text[])) AS q (low, high)
+  JOIN {SCHEMA}.{TERMS_TABLE} AS t ON t.store = :store AND t.term > q.low COLLATE "C" AND t.term < q.high COLLATE "C"
+  WHERE q.low NOT IN (SELECT term FROM own) GROUP BY q.low
+), proven AS (
+  SELECT EXISTS (SELECT FROM own WHERE 2 * chunks < :total) OR EXISTS (SELECT FROM prefixed WHERE 2 * chunks < :total)
+    AS rarer
+)
+SELECT own.term, own.chunks, CASE WHEN 2 * own.chunks < :total OR NOT (SELECT rarer FROM proven) THEN
+  (SELECT string_agg({_PACKED}, ''::bytea ORDER BY chunk) FROM {SCHEMA}.projection_postings AS p
+   WHERE p.store = :store AND p.term = own.term) END
+FROM own
+"""
 
 
 @dataclass(frozen=True)
@@ -497,9 +534,7 @@ def _packed_entries(table: Any, where: Any) -> Any:
     big-endian (chunk int32, count uint16, length uint16) in chunk order: one value to read, not a row each."""
     from sqlalchemy import literal_column, select
 
-    low16 = "substring(int4send({}) from 3 for 2)"  # the low two bytes of a (non-negative) int4
-    aggregate: Any = literal_column(f"string_agg(int4send(chunk::int4) || {low16.format('count')} || "
-                               f"{low16.format('length')}, ''::bytea ORDER BY chunk)")  # fmt: skip
+    aggregate: Any = literal_column(f"string_agg({_PACKED}, ''::bytea ORDER BY chunk)")
     return select(table.c.term, aggregate).where(where).group_by(table.c.term).order_by(table.c.term)
 
 

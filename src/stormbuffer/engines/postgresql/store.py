@@ -41,6 +41,7 @@ class PostgreSQLStore:
         self.lock_wait = lock_wait
         self.variable = variable
         self._held: Connection | None = None  # the connection of `locked()`, for `write_all`
+        self._bulk = False  # whether `write_all` wrote in the transaction `locked()` holds
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -131,12 +132,19 @@ class PostgreSQLStore:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
+        """This store's write lock, in a transaction; after a bulk write (`write_all`) commits, the
+        projection's tables are vacuumed, so reads get index-only scans at once (`upkeep.compact`)."""
+        from .upkeep import compact
+
+        self._bulk = False
         with self._writing() as conn:
             self._held = conn
             try:
                 yield
             finally:
                 self._held = None
+        if self._bulk:
+            compact(self.variable, dry_run=False)
 
     @contextmanager
     def transaction(self) -> Iterator[PostgreSQLTransaction]:
@@ -175,6 +183,7 @@ class PostgreSQLStore:
                 progress(done, len(writes))
         transaction.project()
         transaction.refresh_statistics()
+        self._bulk = True
 
 
 class PostgreSQLTransaction:

@@ -1,5 +1,6 @@
 """The projection's tables in PostgreSQL, in SQLAlchemy Core: records' fields, chunks with their vectors
-(pgvector `vector(N)`), BM25 postings (one row per term and chunk) and the lexical statistics, each
+(pgvector `vector(N)`), BM25 postings (one row per term and chunk), how many chunks hold each term
+and the lexical statistics, each
 row marked with its store's record scope (`store`), as the records are (`schema`): several stores
 can share one database, and each store's BM25 statistics are its own.
 
@@ -24,6 +25,10 @@ WAITING_INDEX = "projection_chunks_waiting"
 POSTINGS_PRIMARY_KEY = "projection_postings_pkey"
 POSTINGS_KEY = ("store", "term", "chunk")
 POSTINGS_INCLUDED = ("count", "length")
+TERMS_TABLE = "projection_terms"
+# A term's chunk count from its postings: what fills the table of a store made before it, and what
+# `doctor` compares it with.
+TERM_COUNTS = f"SELECT store, term, count(*) AS chunks FROM {SCHEMA}.projection_postings GROUP BY store, term"
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class Tables:
     postings: Table
     stats: Table
     settings: Table
+    terms: Table
 
 
 @cache
@@ -120,7 +126,13 @@ def tables(dimension: int) -> Tables:
         Column("key", Text, primary_key=True),
         Column("value", Text, nullable=False),
     )  # fmt: skip
-    return Tables(metadata, records, chunks, postings, stats, settings)
+    terms = Table(
+        TERMS_TABLE, metadata,
+        Column("store", Text, primary_key=True),
+        Column("term", Text(collation="C"), primary_key=True),
+        Column("chunks", BigInteger, nullable=False),  # how many of the store's chunks hold the term (> 0)
+    )  # fmt: skip
+    return Tables(metadata, records, chunks, postings, stats, settings, terms)
 
 
 def create(conn: Connection, dimension: int) -> None:
@@ -130,7 +142,10 @@ def create(conn: Connection, dimension: int) -> None:
     conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
     conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
     found = tables(dimension)
+    counted = conn.execute(text("SELECT to_regclass(:name)"), {"name": f"{SCHEMA}.{TERMS_TABLE}"}).scalar()
     found.metadata.create_all(conn)
+    if counted is None:  # made before the chunk counts were kept: counted once from the postings
+        conn.execute(text(f"INSERT INTO {SCHEMA}.{TERMS_TABLE} (store, term, chunks) {TERM_COUNTS}"))
     for index in found.chunks.indexes:  # those added since the table was made
         index.create(conn, checkfirst=True)
     _cover_postings(conn, f"{SCHEMA}.{found.postings.name}")
@@ -139,6 +154,11 @@ def create(conn: Connection, dimension: int) -> None:
                                 "AND attname = 'embedding'"), {"table": table}).scalar()  # fmt: skip
     if storage != "p":  # vectors inline: an exact scan reads them with the row, not from TOAST (3 pages each)
         conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN"))
+
+
+# Whether a database's projection was made before the chunk counts of its terms were kept.
+OUTDATED = (f"SELECT to_regclass('{SCHEMA}.projection_postings') IS NOT NULL "
+            f"AND to_regclass('{SCHEMA}.{TERMS_TABLE}') IS NULL")  # fmt: skip
 
 
 def _cover_postings(conn: Connection, table: str) -> None:

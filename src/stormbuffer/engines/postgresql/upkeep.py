@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .database import connection, named
 from .schema import SCHEMA
+from .tables import TERMS_TABLE
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -99,6 +100,7 @@ def diagnose(variable: str, store: str) -> list[Problem]:
             schema = conn.execute(text(f"SELECT value FROM {SCHEMA}.settings WHERE name = 'schema_version'")).scalar()
             drift = conn.execute(text(_DRIFT), {"store": store}).one()
             totals = conn.execute(text(_TOTALS), {"store": store}).one()
+            miscounted = conn.execute(text(_MISCOUNTED), {"store": store}).scalar()
     except DatabaseUnavailable as exc:
         return [Problem("failure", "canonical", str(exc))]
     where = named(variable)
@@ -119,6 +121,9 @@ def diagnose(variable: str, store: str) -> list[Problem]:
     chunks, length, counted_chunks, counted_length = (int(value or 0) for value in totals)
     if (chunks, length) != (counted_chunks, counted_length):
         problems.append(Problem("failure", "projection", "the projection's BM25 statistics do not match its chunks"))
+    if miscounted:
+        problems.append(Problem("failure", "projection", f"the chunk counts of {miscounted} term(s) do not match "
+                                "their postings"))  # fmt: skip
     return problems
 
 
@@ -138,6 +143,14 @@ SELECT (SELECT count(*) FROM {SCHEMA}.projection_chunks WHERE store = :store),
   (SELECT sum(length) FROM {SCHEMA}.projection_chunks WHERE store = :store),
   (SELECT sum(chunks) FROM {SCHEMA}.projection_stats WHERE store = :store),
   (SELECT sum(terms) FROM {SCHEMA}.projection_stats WHERE store = :store)
+"""
+
+# Terms whose kept chunk count is not the number of their postings (or that have only one of them).
+_MISCOUNTED = f"""
+SELECT count(*) FROM (SELECT term, count(*) AS chunks FROM {SCHEMA}.projection_postings WHERE store = :store
+  GROUP BY term) AS p
+FULL JOIN (SELECT term, chunks FROM {SCHEMA}.{TERMS_TABLE} WHERE store = :store) AS t USING (term)
+WHERE p.chunks IS DISTINCT FROM t.chunks
 """
 
 
@@ -187,7 +200,7 @@ def rebuild(paths: StorePaths, store: Any, progress: Progress | None = None) -> 
     count_tokens = token_counter(paths)
     with store.locked():
         conn = store.held
-        for table in (found.records, found.stats, found.settings):  # chunks and postings follow the records
+        for table in (found.records, found.stats, found.settings, found.terms):  # chunks, postings follow records
             conn.execute(delete(table).where(table.c.store == store.scope))
         stored = store.rows(conn)
         items = [(item.path.relative_to(paths.root).as_posix(), item.record) for item in stored]
