@@ -142,8 +142,10 @@ def build_postgresql(home: Path, env: dict[str, str], directory: Any, embedder: 
     assert variable is not None
     watch, before = Stopwatch(), load()
     targets = {
-        "record_rows": (store.PostgreSQLTransaction, "insert_all" if hasattr(store.PostgreSQLTransaction,
-                                                                            "insert_all") else "insert"),
+        "record_rows": (
+            store.PostgreSQLTransaction,
+            "insert_all" if hasattr(store.PostgreSQLTransaction, "insert_all") else "insert",
+        ),
         "projection": (store.PostgreSQLTransaction, "project"),
         "projection.chunking": (projecting, "record_chunks"),
         "projection.postings_copy": (projecting, "_copy_postings"),

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from stormbuffer.core.codec import parse_markdown
 from stormbuffer.core.errors import StoreIntegrityError
@@ -55,9 +55,9 @@ def test_vectors_are_stored_exactly_as_the_model_gave_them(postgres_url: str) ->
             conn.execute(found.records.insert(), [{"store": "s", "id": "r", "scope": "s", "path": "records/r.md",
                                                    "title": "t", "kind": "fact", "status": "active", "access": "agent",
                                                    "created_at": "c", "aliases": "[]", "sources": "[]"}])  # fmt: skip
-            chunk = conn.execute(found.chunks.insert().returning(found.chunks.c.id), [{
-                "store": "s", "record_id": "r", "ordinal": 0, "heading": None, "text": "t", "embed_text": "t",
-                "retrieval_text": "t", "token_count": 1, "word_count": 1, "embed_hash": "h", "length": 1}]).scalar()
+            row = dict(store="s", record_id="r", ordinal=0, heading=None, text="t", embed_text="t",
+                       retrieval_text="t", token_count=1, word_count=1, embed_hash="h", length=1)  # fmt: skip
+            chunk = conn.execute(found.chunks.insert().returning(found.chunks.c.id), [row]).scalar()
             assert chunk is not None
             projecting._write_vectors(conn, found, [chunk], awkward, [b"\x01\x02"])
         stored = vectors_of(postgres_url, "s")
