@@ -4,6 +4,9 @@ and the HNSW index built once every vector is in."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,7 @@ from stormbuffer.index import backlog
 from stormbuffer.index.chunking import VECTOR_CHUNKS
 from tests.engines.conftest import VARIABLE
 from tests.engines.test_postgresql_projection import corpus
-from tests.helpers import Sandbox
+from tests.helpers import SBUF, Sandbox
 from tests.stores import make_store
 
 CHUNKS = "stormbuffer.projection_chunks"
@@ -117,18 +120,61 @@ def _has_index(url: str) -> bool:
         return conn.execute("SELECT to_regclass(%s)", (f"stormbuffer.{HNSW_INDEX}",)).fetchone() != (None,)
 
 
+def _bulk_written(box: Sandbox, monkeypatch: pytest.MonkeyPatch, copies: int = 1) -> tuple[Any, list[FileWrite]]:
+    """A PostgreSQL store of the sandbox and the writes of `copies` × the test corpus's records into it."""
+    paths = _postgresql_store(box, monkeypatch)
+    scope = record_scope(paths)
+    writes = []
+    for copy in range(copies):
+        source = make_store(box.base / f"source-{copy}")
+        corpus(source)
+        for path in sorted(source.records.iterdir()):
+            data = path.read_bytes().replace(record_scope(source).encode(), scope.encode())
+            writes.append(FileWrite(paths.records / path.name, data, None))
+    return paths, writes
+
+
+def _waiting(url: str) -> tuple[int, int]:
+    """Chunks with a vector, and chunks waiting for one."""
+    with psycopg.connect(url) as conn:
+        found = conn.execute(f"SELECT count(embedding), count(*) FILTER (WHERE embedding IS NULL AND ordinal < %s) "
+                             f"FROM {CHUNKS}", (VECTOR_CHUNKS,)).fetchone()  # fmt: skip
+    assert found is not None
+    return int(found[0]), int(found[1])
+
+
+def test_a_sync_killed_mid_fill_keeps_whole_steps_and_the_next_one_completes(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = sandbox.env[VARIABLE]
+    paths, writes = _bulk_written(sandbox, monkeypatch, copies=8)
+    store = open_record_store(paths, record_scope(paths), 30.0, None)
+    with store.locked():
+        store.write_all(writes, None)
+    total = _waiting(url)[1]
+    assert total > 2 * backlog.DATABASE_STEP  # several steps
+    process = subprocess.Popen([str(SBUF), "--project", "sync"], cwd=sandbox.cwd, env=sandbox.env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while _waiting(url)[0] == 0 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    embedded, waiting = _waiting(url)
+    assert 0 < embedded < total and embedded + waiting == total  # whole steps only, none half-written
+    assert embedded % backlog.DATABASE_STEP == 0
+    result = sandbox.sbuf("--project", "sync")
+    assert result.returncode == 0, result.stderr
+    assert _waiting(url) == (total, 0)
+    doctor = sandbox.sbuf("--project", "doctor")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+
 def test_a_bulk_write_then_sync_builds_the_hnsw_index_once_every_vector_is_in(
     sandbox: Sandbox, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths = _postgresql_store(sandbox, monkeypatch)
-    source = make_store(sandbox.base / "source")
-    corpus(source)
-    scope = record_scope(paths)
-    writes = []
-    for path in sorted(source.records.iterdir()):
-        data = path.read_bytes().replace(record_scope(source).encode(), scope.encode())
-        writes.append(FileWrite(paths.records / path.name, data, None))
-    store = open_record_store(paths, scope, 30.0, None)
+    paths, writes = _bulk_written(sandbox, monkeypatch)
+    store = open_record_store(paths, record_scope(paths), 30.0, None)
     with pytest.raises(StoreIntegrityError):  # an id twice: nothing of the bulk write is kept
         with store.locked():
             store.write_all([*writes, FileWrite(paths.records / "again.md", writes[0].data, None)], None)
