@@ -124,7 +124,8 @@ def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimens
 def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension: int, limit: int | None = None,
                  defer: bool = False) -> tuple[int, int]:  # fmt: skip
     """Embed up to `limit` of the store's chunks that have no vector yet (every chunk again when another
-    model made the others), in the caller's transaction. With `defer`, more than `limit` waiting are all
+    model made the others), shortest text first as a directory store does (similar lengths share a
+    step: the model pads less), in the caller's transaction. With `defer`, more than `limit` waiting are all
     left (for a background thread). Returns how many were embedded and how many still wait (0 when none
     is left; rows another process is embedding at the same moment are skipped, not waited for)."""
     from sqlalchemy import func, select, update
@@ -141,7 +142,7 @@ def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension:
             conn.execute(update(found.chunks).where(c.store == store).values(embedding=None, sentence_vectors=None))
         _set(conn, found, store, VECTOR_MODEL, identity)
     without = (c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
-    waiting = (select(c.id, c.embed_text, c.text).where(*without).order_by(c.id)
+    waiting = (select(c.id, c.embed_text, c.text).where(*without).order_by(func.length(c.embed_text), c.id)
                .limit(None if limit is None else limit + 1).with_for_update(skip_locked=True))  # fmt: skip
     rows = conn.execute(waiting).all()
     more = limit is not None and len(rows) > limit
