@@ -12,7 +12,8 @@ the same vectors. At 10,000 records the PostgreSQL store is past `HNSW_FROM` and
 its HNSW index, as any recall at that size does.
 
 Also reported: both builds (the directory store's sync; the PostgreSQL store's bulk write of the
-records with their projection, then its vectors and its HNSW index; then, timed apart, the `VACUUM
+records with their projection, then its vectors and its HNSW index, stage by stage as bench/pg_build.py
+times them; then, timed apart, the `VACUUM
 (ANALYZE)` autovacuum runs some time after a load, without which the postings' index-only scans also
 read their table and a run would measure how soon autovacuum came), `sbuf --version` timed in the
 same run, the load average before and after (the machine may be shared), and how many queries
@@ -28,11 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,11 +44,11 @@ from engines import MixedVectors, save  # noqa: E402
 from hnsw_recall import query_texts, version_seconds  # noqa: E402
 from invoke_latency import environment  # noqa: E402
 from machine import machine  # noqa: E402
+from pg_build import build_postgresql  # noqa: E402
 
 from tests.postgres import PostgresServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "engines_daemon.json"
-SBUF = Path(sys.executable).parent / "sbuf"
 URL_VARIABLE = "STORMBUFFER_DATABASE_URL"
 
 
@@ -93,49 +92,6 @@ def build_directory(home: Path, records: int, sample: int) -> tuple[Any, Any, fl
     return paths, embedder, time.perf_counter() - started
 
 
-def build_postgresql(home: Path, env: dict[str, str], directory: Any, embedder: Any) -> tuple[float, bool]:
-    """The PostgreSQL store: the directory store's records (rewritten in its scope, in the order of the
-    directory store's chunk ids, so ties break alike), projected in one bulk write, then their vectors
-    and the HNSW index. Returns the seconds taken and whether the index exists."""
-    from stormbuffer.core.codec import parse_markdown, render_markdown
-    from stormbuffer.core.staging import FileWrite
-    from stormbuffer.core.stores import PlatformDirs, View, read_config, record_scope, resolve_store
-    from stormbuffer.engines import open_record_store
-    from stormbuffer.engines.postgresql.database import connection
-    from stormbuffer.engines.postgresql.projecting import ensure_vector_index, fill_vectors
-    from stormbuffer.index import projection as pj
-
-    (home / "project").mkdir(parents=True)
-    done = subprocess.run([str(SBUF), "--project", "init", "--engine", "postgresql"], cwd=home / "project", env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    if done.returncode:
-        raise SystemExit(f"sbuf init --engine postgresql failed: {done.stderr.strip()}")
-    paths = resolve_store(View.PROJECT, home / "project", PlatformDirs(home / "data", home / "cache"))
-    scope = record_scope(paths)
-    index = pj.existing_index_path(directory)
-    assert index is not None
-    with pj.reading(index) as conn:
-        order = [path for (path,) in conn.execute("SELECT r.path FROM chunks AS c JOIN records AS r ON "
-                                                  "r.id = c.record_id GROUP BY r.path ORDER BY min(c.id)")]  # fmt: skip
-    writes = []
-    for path in order:
-        record = parse_markdown((directory.root / path).read_bytes())
-        writes.append(FileWrite(paths.root / path, render_markdown(replace(record, scope=scope)).encode(), None))
-    os.environ[URL_VARIABLE] = env[URL_VARIABLE]
-    variable = read_config(paths).database
-    assert variable is not None
-    print(f"writing {len(writes)} records into PostgreSQL …", file=sys.stderr)
-    started = time.perf_counter()
-    store = open_record_store(paths, scope, 30.0, None)
-    with store.locked():
-        store.write_all(writes, None)
-    print("embedding them (mixed vectors) …", file=sys.stderr)
-    with connection(variable) as conn:
-        fill_vectors(conn, scope, embedder, dimension=embedder.dimension)
-        indexed = ensure_vector_index(conn)
-    return time.perf_counter() - started, indexed
-
-
 def vacuumed(url: str) -> float:
     """VACUUM (ANALYZE) the projection's tables, as autovacuum does some time after a load (until then
     index-only scans of the postings still read their table's pages); returns the seconds it took."""
@@ -168,7 +124,8 @@ def main() -> None:
     try:
         database = server.create_database().split("@/", 1)[1].split("?", 1)[0]
         envs["postgresql"] = daemon_environment(work / "postgresql", server.tcp_url(database))
-        postgresql_build, indexed = build_postgresql(work / "postgresql", envs["postgresql"], directory, embedder)
+        built = build_postgresql(work / "postgresql", envs["postgresql"], directory, embedder)
+        postgresql_build, indexed = built["seconds"]["total"], built["hnsw_index"]
         vacuum = vacuumed(envs["postgresql"][URL_VARIABLE])
         version = version_seconds()
         queries = query_texts(args.queries)
@@ -208,6 +165,7 @@ def main() -> None:
         "same_record_order": same,
         "build_s": {"directory": round(directory_build, 1), "postgresql": round(postgresql_build, 1)},
         "build_postgresql_over_directory": round(postgresql_build / directory_build, 2),
+        "build_postgresql_stages_s": built["seconds"],
         "postgresql_vacuum_after_build_s": round(vacuum, 1),
         "sbuf_version_s": round(version, 3),
         "directory_over_version": round(p50["directory"] / 1000 / version, 2),

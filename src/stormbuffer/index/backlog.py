@@ -9,7 +9,8 @@ arrives meanwhile waits at most one step. Who runs it: `sbuf sync` and `sbuf wat
 foreground, and a long-running process (the daemon, `sbuf serve`) in a `Backlog` thread per store,
 which a read starts when its sync left texts pending. A PostgreSQL store's step is one transaction
 that takes the rows it embeds with `FOR UPDATE SKIP LOCKED`: writers and readers never wait for it,
-and the daemons of several hosts embed different rows.
+and the daemons of several hosts embed different rows; so its steps are larger (`DATABASE_STEP`),
+enough texts for the embedder to keep both its workers busy.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from collections.abc import Callable
 
 from ..core.errors import IndexBusy, IndexUnavailable, StoreError
 from ..core.stores import StorePaths
-from ..engines.projection import embed_waiting
+from ..engines.projection import database_variable, embed_waiting
 from .sync import Embedder, Progress, SyncReport
 
 STEP = 8  # texts embedded while the projection lock is held once
+DATABASE_STEP = 256  # texts of a PostgreSQL store's step (its transaction locks only the rows it embeds)
 BUSY_PAUSE_S = 0.2  # how long a backlog thread waits when another process holds the projection
 STEP_PAUSE_S = 0.02  # between two steps of a backlog thread, so that reads and writes get the lock
 
@@ -37,14 +39,14 @@ def embed_backlog(
     progress: Progress | None = None,
     stopping: Callable[[], bool] = lambda: False,
 ) -> SyncReport:
-    """Embed every text of the store's projection still without a vector, `STEP` at a time, until
+    """Embed every text of the store's projection still without a vector, a step at a time, until
     none is left, the model fails or `stopping()`; returns the last step's report (its `pending`
     counts what is left, its `embedded` every step's texts). `progress("embedding", done, total,
     report)` after each step. Raises IndexBusy when another process holds a directory store's
     projection (what was embedded is kept)."""
-    done = 0
+    done, step = 0, STEP if database_variable(paths) is None else DATABASE_STEP
     while True:
-        report = embed_waiting(paths, embedder, limit=STEP)
+        report = embed_waiting(paths, embedder, limit=step)
         done += report.embedded
         if progress is not None and (done or report.pending):
             progress("embedding", done, done + report.pending, report)

@@ -7,7 +7,11 @@ projection. Chunking and the terms are exactly the directory store's (`index.syn
 
 Vector search is exact (a sequential scan) until the database holds `HNSW_FROM` vectors;
 `ensure_vector_index` then builds an HNSW index (`vector_cosine_ops`), which searches use from then
-on (a read that embedded waiting chunks calls it).
+on. It is built when an embedding step leaves no text waiting (`embed_store`), in one pass over every
+vector rather than grown vector by vector through a bulk fill.
+
+A fill (`fill_vectors`) takes its rows with `FOR UPDATE SKIP LOCKED` and sets their vectors in one
+statement, in pgvector's binary form.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 HNSW_FROM = 5_000  # vectors from which an HNSW index answers instead of an exact scan (docs/postgresql.md)
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
+HNSW_KB_PER_VECTOR = 4  # memory an HNSW build needs per vector (a 384-d vector and its neighbour lists), generous
+HNSW_MEMORY_CAP_KB = 1024 * 1024  # at most 1 GiB for a build; past it pgvector finishes the graph on disk
 VECTOR_MODEL = "vector_model"  # the model that made the vectors (`index.projection.model_identity`)
 # The fields of `index.sync.record_chunks`, in order.
 CHUNK_FIELDS = ("record_id", "ordinal", "heading", "text", "embed_text", "retrieval_text", "token_count", "word_count",
@@ -125,10 +131,11 @@ def unproject(conn: Connection, store: str, record_ids: Sequence[str], *, dimens
 def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension: int, limit: int | None = None,
                  defer: bool = False) -> tuple[int, int]:  # fmt: skip
     """Embed up to `limit` of the store's chunks that have no vector yet (every chunk again when another
-    model made the others), in the caller's transaction. With `defer`, more than `limit` waiting are all
+    model made the others), shortest text first as a directory store does (similar lengths share a
+    step: the model pads less), in the caller's transaction. With `defer`, more than `limit` waiting are all
     left (for a background thread). Returns how many were embedded and how many still wait (0 when none
     is left; rows another process is embedding at the same moment are skipped, not waited for)."""
-    from sqlalchemy import bindparam, func, select, update
+    from sqlalchemy import func, select, update
 
     from ...index import projection as pj
     from ...index.chunking import VECTOR_CHUNKS
@@ -142,7 +149,7 @@ def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension:
             conn.execute(update(found.chunks).where(c.store == store).values(embedding=None, sentence_vectors=None))
         _set(conn, found, store, VECTOR_MODEL, identity)
     without = (c.store == store, c.embedding.is_(None), c.ordinal < VECTOR_CHUNKS)
-    waiting = (select(c.id, c.embed_text, c.text).where(*without).order_by(c.id)
+    waiting = (select(c.id, c.embed_text, c.text).where(*without).order_by(func.length(c.embed_text), c.id)
                .limit(None if limit is None else limit + 1).with_for_update(skip_locked=True))  # fmt: skip
     rows = conn.execute(waiting).all()
     more = limit is not None and len(rows) > limit
@@ -156,18 +163,62 @@ def fill_vectors(conn: Connection, store: str, embedder: Embedder, *, dimension:
     if not rows:
         return 0, 0
     matrix, sentences = _chunk_vectors(embedder, [(embed_text, text) for _id, embed_text, text in rows])
-    conn.execute(update(found.chunks).where(c.id == bindparam("chunk")).values(
-        embedding=bindparam("vector"), sentence_vectors=bindparam("sentences")), [
-        {"chunk": row[0], "vector": vector, "sentences": blob} for row, vector, blob in zip(rows, matrix, sentences,
-                                                                                           strict=True)])  # fmt: skip
+    _write_vectors(conn, found, [row[0] for row in rows], matrix, sentences)
     return len(rows), left()
+
+
+def _write_vectors(conn: Connection, found: Tables, ids: list[int], matrix: Any, sentences: list[bytes | None]) -> None:
+    """Set these chunks' vectors in one statement: three arrays unnested by the server, the vectors in
+    pgvector's binary form (not as text, nor a statement per row)."""
+    from psycopg.types import TypeInfo
+
+    driver = conn.connection.driver_connection  # the psycopg connection of this transaction
+    assert driver is not None
+    info = TypeInfo.fetch(driver, "vector")
+    assert info is not None  # the store's tables hold vectors: the extension is there
+    with driver.cursor(binary=True) as cursor:
+        info.register(cursor)  # for this cursor only: the pooled connection stays as it was
+        cursor.adapters.register_dumper(_Vector, _vector_dumper(info.oid))
+        cursor.execute(
+            f"UPDATE {SCHEMA}.{found.chunks.name} AS c SET embedding = f.embedding, sentence_vectors = f.sentences "
+            "FROM unnest(%b::bigint[], %b::vector[], %b::bytea[]) AS f(id, embedding, sentences) WHERE c.id = f.id",
+            (ids, [_Vector(vector) for vector in matrix], sentences),
+        )
+
+
+class _Vector(bytes):
+    """A vector in pgvector's binary form: its dimension, a zero, then big-endian float32 values."""
+
+    def __new__(cls, vector: Any) -> _Vector:
+        import struct
+
+        import numpy as np
+
+        values = np.asarray(vector, dtype=">f4")
+        return super().__new__(cls, struct.pack(">HH", len(values), 0) + values.tobytes())
+
+
+def _vector_dumper(oid: int) -> type[Any]:
+    """A psycopg dumper sending a `_Vector` as it is, typed as the database's `vector`."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            return bytes(obj)
+
+    VectorDumper.oid = oid
+    return VectorDumper
 
 
 def embed_store(paths: StorePaths, embedder: Embedder, *, limit: int | None = None,
                 defer: bool = False) -> SyncReport:  # fmt: skip
     """`fill_vectors` for the PostgreSQL store at `paths`, in a transaction of its own, as a `SyncReport`
     (`embedded`, `pending`; `vector_projection_incomplete` when texts are left). The HNSW index is built
-    when these vectors bring the database past its threshold."""
+    once no text waits and the database is past its threshold: in one pass over every vector, not
+    maintained vector by vector through a fill."""
     from ...core.stores import read_config
     from ...embedding.constants import DIMENSION
     from ...embedding.errors import EmbeddingFailed
@@ -180,7 +231,7 @@ def embed_store(paths: StorePaths, embedder: Embedder, *, limit: int | None = No
         with connection(config.database) as conn:
             embedded, pending = fill_vectors(conn, config.record_scope, embedder, dimension=DIMENSION, limit=limit,
                                              defer=defer)  # fmt: skip
-            if embedded:
+            if not pending:
                 ensure_vector_index(conn)
     except (ValueError, EmbeddingFailed):  # the model failed: nothing of this step is kept
         return SyncReport(vector_failure="embedding_execution_failed")
@@ -188,16 +239,23 @@ def embed_store(paths: StorePaths, embedder: Embedder, *, limit: int | None = No
                       vector_failure="vector_projection_incomplete" if pending else None)  # fmt: skip
 
 
-def ensure_vector_index(conn: Connection, *, at_least: int = HNSW_FROM) -> bool:
-    """Build the HNSW index once the projection holds `at_least` vectors; True when it exists."""
+def ensure_vector_index(conn: Connection, *, at_least: int | None = None) -> bool:
+    """Build the HNSW index once the projection holds `at_least` (`HNSW_FROM`) vectors; True when it
+    exists. The build gets the memory its graph needs (`maintenance_work_mem`, raised for this
+    transaction only), so that it stays in memory and can use the server's parallel workers."""
     from sqlalchemy import text
 
     name = f"{SCHEMA}.{HNSW_INDEX}"
     if conn.execute(text("SELECT to_regclass(:name)"), {"name": name}).scalar() is not None:
         return True
     vectors = conn.execute(text(f"SELECT count(*) FROM {SCHEMA}.projection_chunks WHERE embedding IS NOT NULL"))
-    if int(vectors.scalar() or 0) < at_least:
+    count = int(vectors.scalar() or 0)
+    if count < (HNSW_FROM if at_least is None else at_least):
         return False
+    wanted_kb = min(HNSW_MEMORY_CAP_KB, count * HNSW_KB_PER_VECTOR)
+    current_kb = conn.execute(text("SELECT setting::bigint FROM pg_settings WHERE name = 'maintenance_work_mem'"))
+    if wanted_kb > int(current_kb.scalar() or 0):
+        conn.execute(text(f"SET LOCAL maintenance_work_mem = '{wanted_kb}kB'"))
     conn.execute(text(f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON {SCHEMA}.projection_chunks "
                       f"USING hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
                       f"ef_construction = {HNSW_EF_CONSTRUCTION})"))  # fmt: skip

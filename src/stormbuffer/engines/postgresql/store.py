@@ -172,15 +172,19 @@ class PostgreSQLStore:
     def write_all(self, writes: Sequence[FileWrite], progress: Progress | None) -> None:
         """Every row in the transaction `locked()` holds: all of them commit with it, or none."""
         transaction = PostgreSQLTransaction(self, self.held)
+        new: list[tuple[str, Record, bytes]] = []  # inserted many rows a statement, before any update
         for done, write in enumerate(writes, 1):
             location = write.path.relative_to(self.paths.root).as_posix()
             record = parse_markdown(write.data, write.path.name)
             if write.before is None:
-                transaction.insert(location, record, write.data)
+                new.append((location, record, write.data))
             else:
+                transaction.insert_all(new)
+                new = []
                 transaction.update(location, write.before, record, write.data)
             if progress is not None:
                 progress(done, len(writes))
+        transaction.insert_all(new)
         transaction.project()
         transaction.refresh_statistics()
         self._bulk = True
@@ -272,16 +276,24 @@ class PostgreSQLTransaction:
             self.replace(new_before, new)
 
     def insert(self, location: str, record: Record, data: bytes) -> None:
+        self.insert_all([(location, record, data)])
+
+    def insert_all(self, rows: Sequence[tuple[str, Record, bytes]]) -> None:
+        """Insert these (location, record, bytes) as new rows, many a statement; StoreIntegrityError
+        when any id is taken already."""
         from sqlalchemy.dialects.postgresql import insert
 
         from .schema import records
 
-        statement = insert(records).values(
-            store=self.store.scope, id=record.id, path=location, markdown=data, version=1, **_columns(record)
-        )
-        if self.conn.execute(statement.on_conflict_do_nothing().returning(records.c.id)).first() is None:
+        if not rows:
+            return
+        statement = insert(records).on_conflict_do_nothing().returning(records.c.id)
+        values = [{"store": self.store.scope, "id": record.id, "path": location, "markdown": data, "version": 1,
+                   **_columns(record)} for location, record, data in rows]  # fmt: skip
+        if len(self.conn.execute(statement, values).all()) != len(rows):
             raise StoreIntegrityError("record destination already exists")
-        self.written[record.id] = (location, record)
+        for location, record, _data in rows:
+            self.written[record.id] = (location, record)
 
     def update(self, location: str, before: bytes, record: Record, data: bytes) -> None:
         from .schema import records
