@@ -18,35 +18,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-logger = logging.getLogger("stormbuffer.http")
-
 SQLITE_SOFT_LIMIT = 16 << 20  # bytes of SQLite memory (page caches above all) in one worker
 TRIM_GROWTH = 32 << 20  # bytes the resident size grows before freed heap pages are given back
 TRIM_POLL_S = 1.0  # how often the trimming thread looks at the resident size
-# glibc's thresholds, fixed (left alone, each large block freed raises them up to 32 and 64 MiB):
-MMAP_THRESHOLD = 4 << 20  # blocks from this size up get a mapping of their own, unmapped when freed
-TRIM_THRESHOLD = 8 << 20  # free memory at the top of a heap beyond this goes back when a block is freed
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 
 
 def bound_memory() -> None:
-    """In a worker process, once: the SQLite limit set, malloc's thresholds fixed and the trimming
-    thread started."""
+    """In a worker process, once: the SQLite limit set and the trimming thread started."""
     limit_sqlite(SQLITE_SOFT_LIMIT)
-    libc = _glibc()
-    if libc is None:
-        return
-    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    release = libc.malloc_trim
-    threading.Thread(target=Trimmer(lambda: release(0)).run, name="stormbuffer-trim", daemon=True).start()
+    release = heap_release()
+    if release is not None:
+        threading.Thread(target=Trimmer(release).run, name="stormbuffer-trim", daemon=True).start()
 
 
 def limit_sqlite(limit: int) -> None:
@@ -55,15 +43,15 @@ def limit_sqlite(limit: int) -> None:
         conn.execute(f"PRAGMA soft_heap_limit = {int(limit)}")
 
 
-def _glibc() -> ctypes.CDLL | None:
-    """The C library with glibc's `mallopt` and `malloc_trim` declared; None under another C library."""
+def heap_release() -> Callable[[], None] | None:
+    """A call that gives the free pages of every malloc arena back to the system (glibc's
+    `malloc_trim(0)`); None under another C library."""
     try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+        trim = ctypes.CDLL(None).malloc_trim
     except (AttributeError, OSError):
         return None
-    return libc
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return lambda: trim(0)
 
 
 def resident_bytes() -> int:
