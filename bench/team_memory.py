@@ -3,12 +3,15 @@ on a copy of the 10,000-record store bench/team_server.py builds (the copy takes
 deleted afterwards), while `--writers` clients each add records of `--chunks` paragraphs of about 180
 words back to back (`POST /v1/records`, a reviewer's token: every write is embedded, a record's
 chunks in one call) and `--readers` clients recall back to back (`POST /v1/invoke/context`), for
-`--seconds`. Then, with the load stopped, each process's RSS, PSS (`/proc/<pid>/smaps_rollup`) and
-peak RSS, and their sums: the sum of PSS is what the 400 MB target is judged on (docs/team.md).
+`--seconds`. The server's summed PSS (`/proc/<pid>/smaps_rollup`) is sampled every `--sample`
+seconds during the load (its median and largest sample); then, 2 s after the load stopped, each
+process's RSS, PSS and peak RSS, and their sums: the sum of PSS is what the 400 MB target is judged
+on (docs/team.md).
 `sbuf --version` is timed in the same run. Results print and are saved to
 bench/results/team_memory.json (`team_memory_workers<N>.json` above one worker) with the load average.
 
     .venv/bin/python bench/team_memory.py [--workers 2] [--seconds 45] [--writers 2] [--readers 4] [--chunks 16]
+                                          [--sample 3]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -74,6 +78,7 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--readers", type=int, default=4)
     parser.add_argument("--chunks", type=int, default=16)
+    parser.add_argument("--sample", type=float, default=3.0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-team-server-bench"))
     options = parser.parse_args()
     _paths, built, version = fresh_store(options.work, 10_000)
@@ -99,6 +104,10 @@ def main() -> None:
                         for n in range(options.writers, clients)]  # fmt: skip
             for thread in threads:
                 thread.start()
+            samples: list[float] = []  # the summed PSS during the load, MB
+            while time.monotonic() < until:
+                time.sleep(min(options.sample, max(0.0, until - time.monotonic())))
+                samples.append(server.memory_mb()["pss_mb"])
             for thread in threads:
                 thread.join()
             time.sleep(2.0)  # the last writes' background work settles
@@ -109,8 +118,12 @@ def main() -> None:
     report: dict[str, Any] = {"workers": options.workers, "seconds": options.seconds, "writers": options.writers,
                               "readers": options.readers, "chunks": options.chunks, "version_s": round(version, 4),
                               "answers": dict(counts), "server_memory": memory, "memory_target_mb": MEMORY_TARGET_MB,
+                              "pss_during_load_mb": {"median": statistics.median(samples), "max": max(samples),
+                                                     "samples": samples},
                               "memory_meets_target": memory["pss_mb"] <= MEMORY_TARGET_MB}  # fmt: skip
     print(f"sbuf --version: {version * 1000:.1f} ms; {options.workers} worker(s); answers {dict(counts)}")
+    print(f"{'PSS during the load':>26}: median {statistics.median(samples):.0f} MB, largest {max(samples):.0f} MB "
+          f"({len(samples)} samples)")  # fmt: skip
     print_memory(memory)
     save(RESULTS if options.workers == 1 else RESULTS.with_name(f"team_memory_workers{options.workers}.json"), report)
 

@@ -211,3 +211,18 @@ def test_a_segment_missing_vectors_is_never_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         vectors.write(index, layout, rows, vectors.Segment(3, 4, blocks))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_long_running_process_drops_a_mapped_matrix_whose_files_were_removed(
+    store: StorePaths, embedder: Embedder
+) -> None:
+    for n in range(4):
+        add(store, n)
+    sync_store(store, embedder)
+    first = current_matrix(store).layout
+    add(store, 4)
+    sync_store(store, embedder)  # a new rows file; the first one is removed
+    assert not first.rows_path(store.index_path).exists()
+    current_matrix(store)
+    assert first.rows_path(store.index_path) not in vectors._cache
+    assert current_matrix(store).layout.rows_path(store.index_path) in vectors._cache

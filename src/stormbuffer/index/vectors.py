@@ -16,7 +16,7 @@ Once dead rows or segments pile up, the writer lays everything out again as one 
 Which files make up the current matrix (the `Layout`) is recorded in the projection's metadata in
 the same transaction that makes them current, so a reader's snapshot always names files that match
 it. A one-shot process maps the files (`mmap_mode="r"`) instead of reading every blob; a
-long-running process keeps the few most recent mappings.
+long-running process keeps the few most recent mappings whose files still exist.
 """
 
 from __future__ import annotations
@@ -292,6 +292,8 @@ def load(index_path: Path, layout: Layout) -> Matrix | None:
         return None
     matrix = Matrix(layout, segments, rows)
     with _cache_lock:
+        for gone in [path for path in _cache if not path.exists()]:
+            del _cache[gone]  # a writer removed its files: its pages would stay mapped for nobody
         _cache[rows_path] = matrix
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from .server import SIGNALS
+from .worker_memory import bound_memory
 
 logger = logging.getLogger("stormbuffer.http")
 
@@ -144,6 +145,7 @@ class Handoff:
 def _worker(serve: Callable[[int, socket.socket], None], index: int, channel: socket.socket) -> int:
     """The exit status of worker `index` running `serve` on its `channel`."""
     try:
+        bound_memory()
         serve(index, channel)
         status = 0
     except SystemExit as exc:

@@ -1,0 +1,86 @@
+"""Keeping a team server worker's memory near what it uses (`sbuf serve --team --workers N`).
+
+A worker that takes writes churns through memory it frees again: SQLite's page caches (a writer's
+may take 64 MiB while a write or a sync reads the projection), the buffers of embedding passes and
+of new vector matrices. glibc keeps what is freed in its arenas, where the next allocation may reuse
+it, and gives back only the top of each heap; scattered among live objects, it stays resident and
+private to the worker. Two bounds keep it down (measured in docs/team.md, "Memory of several workers"):
+
+- SQLite's memory is held under `SQLITE_SOFT_LIMIT` for the whole process (`PRAGMA soft_heap_limit`):
+  past it, a connection's page cache reuses its own pages instead of growing, so no large write or
+  full check leaves 64 MiB of freed cache pages behind;
+- a thread (`Trimmer`) watches the worker's resident size and, once it has grown `TRIM_GROWTH` above
+  the lowest seen since its last look, asks glibc to give back its free pages (`malloc_trim`). It
+  runs beside the requests, never on the event loop. Without glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+SQLITE_SOFT_LIMIT = 16 << 20  # bytes of SQLite memory (page caches above all) in one worker
+TRIM_GROWTH = 32 << 20  # bytes the resident size grows before freed heap pages are given back
+TRIM_POLL_S = 1.0  # how often the trimming thread looks at the resident size
+
+
+def bound_memory() -> None:
+    """In a worker process, once: the SQLite limit set and the trimming thread started."""
+    limit_sqlite(SQLITE_SOFT_LIMIT)
+    release = heap_release()
+    if release is not None:
+        threading.Thread(target=Trimmer(release).run, name="stormbuffer-trim", daemon=True).start()
+
+
+def limit_sqlite(limit: int) -> None:
+    """Hold the SQLite memory of this process under `limit` bytes (a soft limit: no allocation fails)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        conn.execute(f"PRAGMA soft_heap_limit = {int(limit)}")
+
+
+def heap_release() -> Callable[[], None] | None:
+    """A call that gives the free pages of every malloc arena back to the system (glibc's
+    `malloc_trim(0)`); None under another C library."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return lambda: trim(0)
+
+
+def resident_bytes() -> int:
+    """This process's resident set size, from /proc (0 where there is none)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+class Trimmer:
+    """Gives freed heap pages back each time the resident size has grown `growth` bytes above the
+    lowest it was since the last release, looking every `poll_s` seconds until `stopping` is set."""
+
+    def __init__(self, release: Callable[[], None], growth: int = TRIM_GROWTH, poll_s: float = TRIM_POLL_S,
+                 resident: Callable[[], int] = resident_bytes) -> None:  # fmt: skip
+        self.release = release
+        self.growth = growth
+        self.poll_s = poll_s
+        self.resident = resident
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        low = self.resident()
+        while not self.stopping.wait(self.poll_s):
+            now = self.resident()
+            if now - low < self.growth:
+                low = min(low, now)
+                continue
+            self.release()
+            low = self.resident()
