@@ -19,10 +19,13 @@ records; vectors from the labelled fast path of bench/scale.py: the real model's
 per-query work, recall quality meaningless), reused when present. Results print as a table and are
 saved to bench/results/team_server.json (with `--workers N` above 1, team_server_workers<N>.json)
 with the machine's load average. `--workers N` serves from N processes (`sbuf serve --workers`);
-CPU and memory are then those of every process of the server.
+CPU and memory are then those of every process of the server. The clients repeat 16 queries in turn;
+with `--fresh-queries` every query of the many-client phases is new to the server (same words, so the
+same retrieval, but never a kept query vector), saved with a `_fresh` suffix.
 
     .venv/bin/python bench/team_server.py [--records 10000] [--clients 64] [--seconds 45] [--think 1.0]
                                           [--calls 2000] [--recalls 200] [--workers 1] [--work DIR]
+                                          [--fresh-queries]
 """
 
 from __future__ import annotations
@@ -241,6 +244,7 @@ def main() -> None:
     parser.add_argument("--recalls", type=int, default=200)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sbuf-team-server-bench"))
+    parser.add_argument("--fresh-queries", action="store_true", help="every many-client query new to the server")
     options = parser.parse_args()
     paths, box, version = fresh_store(options.work, options.records)
     measured, token, _elsewhere = in_process(box)  # 100 tokens in the store; `token` an agent's
@@ -252,7 +256,7 @@ def main() -> None:
     server = TeamServer(box, options.workers)
     report: dict[str, Any] = {"records": options.records, "clients": options.clients, "seconds": options.seconds,
                               "think_s": options.think, "workers": options.workers,
-                              "version_s": round(version, 4)}  # fmt: skip
+                              "fresh_queries": options.fresh_queries, "version_s": round(version, 4)}  # fmt: skip
     try:
         print(f"one client: {options.recalls} recalls ...", file=sys.stderr)
         one, api = asyncio.run(recall_timings(server.base_url, token, options.recalls))
@@ -265,7 +269,7 @@ def main() -> None:
             spread = threading.Timer(options.seconds / 2, lambda run=run: report.update(
                 {f"{run}_connections": server.connections()}))  # fmt: skip
             spread.start()
-            phase = asyncio.run(many(server.url, tokens, options.seconds, options.calls, think))
+            phase = asyncio.run(many(server.url, tokens, options.seconds, options.calls, think, options.fresh_queries))
             spread.cancel()
             wall = time.monotonic() - began
             report[f"{run}_recalls"] = phase.answered
@@ -293,7 +297,8 @@ def main() -> None:
         )
         print(f"{'':>26}  connections a process (main first) midway: {report.get(f'{run}_connections')}")
     print_memory(memory)
-    save(RESULTS if options.workers == 1 else RESULTS.with_name(f"team_server_workers{options.workers}.json"), report)
+    name = RESULTS.stem + ("" if options.workers == 1 else f"_workers{options.workers}")
+    save(RESULTS.with_name(name + ("_fresh" if options.fresh_queries else "") + ".json"), report)
 
 
 if __name__ == "__main__":
