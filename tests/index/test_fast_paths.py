@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from stormbuffer.core.codec import split_markdown
 from stormbuffer.index import chunking
 from stormbuffer.index.chunking import approximate_token_count, chunk_body
-from stormbuffer.index.postings import FIELD_WEIGHTS, weighted_terms
+from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, _Accumulator, weighted_terms
 
 # Pieces that make markdown-ish text with the characters the fast paths treat specially.
 PIECES = ["a", "bé", "x y z", "2026-03-01T10:00", " ", "  ", "\t", "\n", "\n\n", "\r", "\r\n", "\u3000", "\xa0",
@@ -144,6 +144,31 @@ def test_weighted_terms_are_those_counted_word_by_word(text: str) -> None:
     known: dict[str, str] = {}
     assert weighted_terms(text, known, {}) == terms_word_by_word(text)
     assert weighted_terms("Deploys\n\n\n\nnote.md\n" + text) == terms_word_by_word("Deploys\n\n\n\nnote.md\n" + text)
+
+
+# Retrieval texts: the fields before the chunk text (none, some shared, non-ASCII), then a chunk text that
+# is often plain ASCII (counted in one pass over the batch's bytes) and sometimes not.
+PREFIXES = ["", "Deploys\n\n\n\nnote.md\n", "Über Σ\nRunbook › Steps\nİstanbul notes\nops\nx.md\n"]
+ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=200)
+RETRIEVAL_TEXT = st.tuples(st.sampled_from(PREFIXES), ASCII | TEXT).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RETRIEVAL_TEXT, min_size=1, max_size=12), st.integers(1, 400), st.integers(1, 60))
+def test_postings_counted_in_batches_are_those_counted_word_by_word(texts: list[str], batch: int, fold: int) -> None:
+    accumulator = _Accumulator()
+    accumulator.BATCH_CHARS, accumulator.FOLD = batch, fold  # many batches and folds, or one
+    chunks = [(3 * number + 1, text) for number, text in enumerate(texts)]
+    expected: dict[str, list[tuple[int, int, int]]] = {}
+    total = 0
+    for chunk, text in chunks:
+        counts, length = terms_word_by_word(text)
+        total += length
+        for term, occurrences in counts.items():
+            expected.setdefault(term, []).append((chunk, min(occurrences, MAX_COUNT), min(length, MAX_COUNT)))
+    assert accumulator.add_all(chunks) == total
+    assert set(accumulator.terms) == set(expected)
+    assert {term: accumulator.packed(term).tolist() for term in expected} == expected
 
 
 LINE = st.text(alphabet=st.characters(blacklist_characters="\n\r"), max_size=12).filter(lambda s: s[:3] != "+++")

@@ -29,15 +29,15 @@ more of all chunks (on the scale corpus and on SciFact alike), so a store of 10,
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
 import sqlite3
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import chain, count
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -205,13 +205,7 @@ def apply_changes(conn: sqlite3.Connection) -> None:
     dropped, removed_length = _swept(conn, removed) or _terms_of(removed.values())
     total = stats.terms - removed_length
     new = _Accumulator()
-    for chunk, text in conn.execute(
-        "SELECT c.id, c.retrieval_text FROM lexical_changes AS l JOIN chunks AS c ON c.id = l.chunk "
-        "WHERE l.added = 1 ORDER BY c.id"
-    ):
-        if chunk in added:
-            added.discard(chunk)  # an id logged twice (updated) is read once
-            total += new.add(chunk, text)
+    total += new.add_all(_added_texts(conn, added))
     _merge(conn, new, dropped, removed.keys())
     chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
     conn.execute(
@@ -219,6 +213,17 @@ def apply_changes(conn: sqlite3.Connection) -> None:
         (STATS, json.dumps({"chunks": chunks, "terms": total})),
     )
     conn.execute("DELETE FROM lexical_changes")
+
+
+def _added_texts(conn: sqlite3.Connection, added: set[int]) -> Iterator[tuple[int, str]]:
+    """(id, retrieval text) of each chunk in `added`, once (an id logged twice, updated, is read once)."""
+    for chunk, text in conn.execute(
+        "SELECT c.id, c.retrieval_text FROM lexical_changes AS l JOIN chunks AS c ON c.id = l.chunk "
+        "WHERE l.added = 1 ORDER BY c.id"
+    ):
+        if chunk in added:
+            added.discard(chunk)
+            yield chunk, text
 
 
 # What finding the removed chunks' terms costs, in nanoseconds: splitting and stemming their texts, per
@@ -281,32 +286,85 @@ def _terms_of(texts: Iterable[str]) -> tuple[set[str], int]:
 
 
 class _Accumulator:
-    """Postings of new chunks, added in increasing chunk order. Each chunk's terms and counts are
-    gathered as they come (list extends, no per-entry conversion); every `FOLD` entries they are
-    turned into flat arrays and grouped by term in one sort (a whole store's fit in memory, at about
-    the packed size); `packed` joins a term's groups."""
+    """Postings of new chunks, added in increasing chunk order (`add_all`).
+
+    Chunks come in batches of about `BATCH_CHARS` characters; each batch is counted at once: the
+    words of all its chunk texts (an ASCII batch split in one pass over its bytes), each distinct
+    word numbered and stemmed once, and every (chunk, term) count summed with NumPy, the shared
+    fields before the chunk texts counted once per distinct value. Every `FOLD` entries the gathered
+    ones are grouped by term in one sort (a whole store's fit in memory, at about the packed size);
+    `packed` joins a term's groups."""
 
     FOLD = 1 << 20  # entries gathered before they are grouped
+    BATCH_CHARS = 1 << 22  # characters of retrieval text counted at once
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}  # term → its number
         self._groups: list[list[np.ndarray]] = []  # per term number: its packed entries, fold by fold
-        self._gathered = _Gathered()
+        self._gathered: list[tuple[np.ndarray, ...]] = []  # (chunk, term number, count, length) per batch
+        self._gathered_size = 0
         self._stems: dict[str, str] = {}
         self._prefixes: dict[str, Tally] = {}
 
-    def add(self, chunk: int, text: str) -> int:
-        """Add one chunk's terms; returns its weighted length."""
-        counts, total = weighted_terms(text, self._stems, self._prefixes)
-        gathered = self._gathered
-        gathered.terms.extend(counts)
-        gathered.counts.extend(counts.values())
-        gathered.chunks.append(chunk)
-        gathered.sizes.append(len(counts))
-        gathered.lengths.append(total)
-        if len(gathered.terms) >= self.FOLD:
+    def add_all(self, chunks: Iterable[tuple[int, str]]) -> int:
+        """Add chunks (id, retrieval text) in increasing id order; returns their total weighted length."""
+        total = 0
+        batch: list[tuple[int, str]] = []
+        size = 0
+        for chunk in chunks:
+            batch.append(chunk)
+            size += len(chunk[1])
+            if size >= self.BATCH_CHARS:
+                total += self._add_batch(batch)
+                batch, size = [], 0
+        return total + (self._add_batch(batch) if batch else 0)
+
+    def _add_batch(self, batch: list[tuple[int, str]]) -> int:
+        import numpy as np
+
+        prefixes: dict[str, int] = {}  # the distinct fields before the chunk texts → their number
+        prefix_of: list[int] = []
+        bodies: list[str] = []
+        for _, text in batch:
+            fields = text.split("\n", len(FIELD_WEIGHTS) - 1)
+            bodies.append(fields.pop() if len(fields) == len(FIELD_WEIGHTS) else "")
+            prefix_of.append(prefixes.setdefault("\n".join(fields), len(prefixes)))
+        found, sizes = _batch_words(bodies)
+        numbered: defaultdict[str | bytes, int] = defaultdict(count().__next__)  # each distinct word → its number
+        word_numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
+        distinct = [word.decode("ascii") if isinstance(word, bytes) else word for word in numbered]
+        local: dict[str, int] = {}  # the batch's terms → their number in the batch
+        word_terms = np.array([local.setdefault(term, len(local)) for term in stems(distinct, self._stems)],
+                              dtype=np.int64)  # fmt: skip
+        tallies = [self._prefix_tally(prefix) for prefix in prefixes]
+        prefix_terms = [[local.setdefault(term, len(local)) for term in counts] for counts, _ in tallies]
+        # Each (row in the batch, term) as one key, row * terms + term; the chunk texts' words weigh
+        # `_TEXT_WEIGHT` each, and each row's fields count as their tally says.
+        rows, terms = np.arange(len(batch), dtype=np.int64), len(local)
+        keys = [np.repeat(rows, sizes) * terms + word_terms[word_numbers]]
+        weights = [np.full(len(found), _TEXT_WEIGHT, dtype=np.int64)]
+        row_prefix = np.array(prefix_of, dtype=np.int64)
+        for number, ((counts, _), numbers) in enumerate(zip(tallies, prefix_terms, strict=True)):
+            held = rows[row_prefix == number]
+            keys.append((held[:, None] * terms + np.array(numbers, dtype=np.int64)).ravel())
+            weights.append(np.tile(np.array(list(counts.values()), dtype=np.int64), held.size))
+        pairs, sums = _summed(np.concatenate(keys), np.concatenate(weights), len(batch) * terms)
+        lengths = np.array([length for _, length in tallies], dtype=np.int64)[row_prefix] + _TEXT_WEIGHT * sizes
+        numbers_of = np.array([self._ids.setdefault(term, len(self._ids)) for term in local], dtype=np.int64)
+        chunk_ids = np.array([chunk for chunk, _ in batch], dtype=np.int64)
+        row, term = np.divmod(pairs, max(terms, 1))
+        if pairs.size:
+            self._gathered.append((chunk_ids[row], numbers_of[term], sums, lengths[row]))
+            self._gathered_size += pairs.size
+        if self._gathered_size >= self.FOLD:
             self._fold()
-        return total
+        return int(lengths.sum())
+
+    def _prefix_tally(self, prefix: str) -> Tally:
+        """The weighted counts and length of the fields before a chunk text, counted once per value."""
+        if prefix not in self._prefixes:
+            self._prefixes[prefix] = _field_terms(prefix.split("\n"), self._stems)
+        return self._prefixes[prefix]
 
     @property
     def terms(self) -> KeysView[str]:
@@ -327,37 +385,57 @@ class _Accumulator:
         """Group the gathered entries by term (chunk order kept within each) and start gathering anew."""
         import numpy as np
 
-        gathered, ids = self._gathered, self._ids
-        if not gathered.terms:
+        if not self._gathered:
             return
-        self._gathered = _Gathered()
-        for term in dict.fromkeys(gathered.terms).keys() - ids.keys():
-            ids[term] = len(ids)
-        numbers = np.fromiter(map(ids.__getitem__, gathered.terms), dtype=np.int32, count=len(gathered.terms))
+        chunks, numbers, counts, lengths = (np.concatenate(column) for column in zip(*self._gathered, strict=True))
+        self._gathered, self._gathered_size = [], 0
         order = np.argsort(numbers, kind="stable")
-        sizes = np.array(gathered.sizes, dtype=np.int64)
         table = np.empty(order.size, dtype=_entry())
-        table["chunk"] = np.repeat(np.array(gathered.chunks, dtype=np.int32), sizes)[order]
-        table["count"] = np.minimum(np.array(gathered.counts, dtype=np.int64), MAX_COUNT)[order]
-        table["length"] = np.repeat(np.minimum(np.array(gathered.lengths, dtype=np.int64), MAX_COUNT), sizes)[order]
+        table["chunk"] = chunks[order]
+        table["count"] = np.minimum(counts, MAX_COUNT)[order]
+        table["length"] = np.minimum(lengths, MAX_COUNT)[order]
         numbers = numbers[order]
-        del order, gathered
-        self._groups.extend([] for _ in range(len(ids) - len(self._groups)))
+        del order, chunks, counts, lengths
+        self._groups.extend([] for _ in range(len(self._ids) - len(self._groups)))
         bounds = np.flatnonzero(np.diff(numbers)) + 1
         for first, last in zip([0, *bounds.tolist()], [*bounds.tolist(), numbers.size], strict=True):
             self._groups[int(numbers[first])].append(table[first:last])
 
 
-@dataclass
-class _Gathered:
-    """Chunks added since the last fold: every chunk's terms and their counts, one after another, and
-    per chunk its id, its number of terms and its weighted length."""
+# Every ASCII byte turned into itself lowercased when it is a letter, digit or `_`, else into a space
+_ASCII_WORD_BYTES = bytes(
+    (code | 0x20 if chr(code).isupper() else code) if code < 128 and (chr(code).isalnum() or code == 0x5F) else 0x20
+    for code in range(256)
+)
 
-    terms: list[str] = dataclasses.field(default_factory=list)
-    counts: list[int] = dataclasses.field(default_factory=list)
-    chunks: list[int] = dataclasses.field(default_factory=list)
-    sizes: list[int] = dataclasses.field(default_factory=list)
-    lengths: list[int] = dataclasses.field(default_factory=list)
+
+def _batch_words(bodies: list[str]) -> tuple[list[str] | list[bytes], np.ndarray]:
+    """The words (`words`) of every body, one body after another, and how many each has. ASCII bodies
+    are lowercased and split at once as bytes (their words are bytes then: splitting bytes is the
+    faster); no word crosses the line breaks that join them."""
+    import numpy as np
+
+    joined = "\n".join(bodies)
+    if not joined.isascii():
+        split = [words(body) for body in bodies]
+        return list(chain.from_iterable(split)), np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+    folded = joined.encode("ascii").translate(_ASCII_WORD_BYTES)
+    is_word = np.frombuffer(folded, dtype=np.uint8) != 0x20
+    begins = np.flatnonzero(is_word & np.diff(is_word, prepend=False))  # where each word begins
+    ends = np.cumsum(np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)) + 1) - 1
+    return folded.split(), np.diff(np.searchsorted(begins, ends), prepend=0)
+
+
+def _summed(keys: np.ndarray, weights: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `keys` (each below `bound`), ascending, and the sum of the `weights` of each."""
+    import numpy as np
+
+    if bound <= 4 * keys.size + (1 << 20):  # dense enough to count by key directly
+        dense = np.bincount(keys, weights=weights, minlength=bound)
+        distinct = np.flatnonzero(dense)
+        return distinct, dense[distinct].astype(np.int64)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    return distinct, np.bincount(inverse, weights=weights, minlength=distinct.size).astype(np.int64)
 
 
 def _merge(conn: sqlite3.Connection, new: _Accumulator, dropped: set[str], removed: Iterable[int]) -> None:
@@ -413,8 +491,7 @@ def problem(conn: sqlite3.Connection) -> str | None:
     if conn.execute("SELECT count(*) FROM lexical_changes").fetchone()[0]:
         return "unapplied changes"
     expected = _Accumulator()
-    total = sum(expected.add(chunk, text) for chunk, text in conn.execute(
-        "SELECT id, retrieval_text FROM chunks ORDER BY id"))  # fmt: skip
+    total = expected.add_all(conn.execute("SELECT id, retrieval_text FROM chunks ORDER BY id"))
     chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
     settings = dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall())
     if Stats.of(settings) != Stats(chunks, total):
