@@ -15,12 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stormbuffer.core.stores import StorePaths
-from stormbuffer.index import postings
+from stormbuffer.index import kept_chunks, postings
 from stormbuffer.index import projection as pj
 from stormbuffer.index.postings import FIELD_WEIGHTS, IDF_FLOOR, K1, B, Stats, problem, rank, terms
 from stormbuffer.index.sync import reindex_store, sync_store
 from tests.stores import make_store, write_record
 
+TEXT = kept_chunks.retrieval_text("chunks")  # each chunk's whole retrieval text
 WORDS = ["alpha", "alps", "beta", "bet", "gamma", "delta", "x", "xenon", "über", "überall"]
 
 
@@ -59,7 +60,7 @@ def reference_bm25(texts: dict[int, str], query: list[str]) -> dict[int, float]:
 
 def chunk_texts(paths: StorePaths) -> dict[int, str]:
     with pj.reading(paths.index_path) as conn:
-        return dict(conn.execute("SELECT id, retrieval_text FROM chunks"))
+        return dict(conn.execute(f"SELECT id, {TEXT} FROM chunks"))
 
 
 bodies = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
@@ -142,10 +143,8 @@ def test_a_large_forget_finds_the_removed_terms_in_the_postings_when_they_are_sm
     sync_store(paths)
     with pj.reading(paths.index_path) as conn:
         stats = Stats.of(pj.get_settings(conn))
-        texts = [text for (text,) in conn.execute("SELECT retrieval_text FROM chunks WHERE record_id = ?", (large.id,))]
-        removed = dict(
-            conn.execute("SELECT id, retrieval_text FROM chunks WHERE record_id = ?", (large.id,)).fetchall()
-        )
+        texts = [text for (text,) in conn.execute(f"SELECT {TEXT} FROM chunks WHERE record_id = ?", (large.id,))]
+        removed = dict(conn.execute(f"SELECT id, {TEXT} FROM chunks WHERE record_id = ?", (large.id,)).fetchall())
         assert postings._swept(conn, removed) == postings._terms_of(texts)  # the same terms and length either way
 
     def split(texts: object) -> tuple[set[str], int]:
@@ -166,9 +165,7 @@ def test_a_saturated_length_in_the_postings_leaves_the_removed_terms_to_the_text
     sync_store(paths)
     conn = pj.connect(paths.index_path, writer=True)
     try:
-        removed = dict(
-            conn.execute("SELECT id, retrieval_text FROM chunks WHERE record_id = ?", (large.id,)).fetchall()
-        )
+        removed = dict(conn.execute(f"SELECT id, {TEXT} FROM chunks WHERE record_id = ?", (large.id,)).fetchall())
         assert postings._swept(conn, removed) is not None
         entries = np.frombuffer(conn.execute("SELECT entries FROM postings WHERE term = 'alpha'").fetchone()[0],
                                 dtype=postings.entry_dtype()).copy()  # fmt: skip
@@ -181,4 +178,4 @@ def test_a_saturated_length_in_the_postings_leaves_the_removed_terms_to_the_text
 
 def record_texts(conn: sqlite3.Connection, record_id: str) -> dict[int, str]:
     """Chunk id → retrieval text of a record's chunks."""
-    return dict(conn.execute("SELECT id, retrieval_text FROM chunks WHERE record_id = ?", (record_id,)).fetchall())
+    return dict(conn.execute(f"SELECT id, {TEXT} FROM chunks WHERE record_id = ?", (record_id,)).fetchall())

@@ -21,7 +21,7 @@ from stormbuffer.core.records import Record, Source
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import StorePaths
 from stormbuffer.core.timestamps import Timestamp
-from stormbuffer.index import postings
+from stormbuffer.index import kept_chunks, postings
 from stormbuffer.index import projection as pj
 from stormbuffer.index.chunking import VECTOR_CHUNKS, approximate_token_count, chunk_body
 from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, STATS, _Accumulator, problem
@@ -103,7 +103,7 @@ def plain_postings(conn: sqlite3.Connection) -> Postings:
     stem = Stemmer.Stemmer("english").stemWord
     found: dict[str, list[tuple[str, int, int, int]]] = {}
     chunks, total = 0, 0
-    rows = conn.execute("SELECT record_id, ordinal, retrieval_text FROM chunks ORDER BY id")
+    rows = conn.execute(f"SELECT record_id, ordinal, {kept_chunks.retrieval_text('chunks')} FROM chunks ORDER BY id")
     for record_id, ordinal, text in rows:
         counts: Counter[str] = Counter()
         length = 0
@@ -174,8 +174,9 @@ def chunk_rows(paths: StorePaths, record_id: str) -> list[tuple]:
     """(id, then the values `record_chunks` makes) of a record's stored chunks, by ordinal."""
     with pj.reading(paths.index_path) as conn:
         return conn.execute(
-            "SELECT id, record_id, ordinal, heading, text, embed_text, retrieval_text, token_count, word_count, "
-            "embed_hash FROM chunks WHERE record_id = ? ORDER BY ordinal", (record_id,)).fetchall()  # fmt: skip
+            f"SELECT id, record_id, ordinal, heading, text, embed_text, {kept_chunks.retrieval_text('chunks')}, "
+            "token_count, word_count, embed_hash FROM chunks WHERE record_id = ? ORDER BY ordinal",
+            (record_id,)).fetchall()  # fmt: skip
 
 
 def test_an_edit_keeps_the_chunks_it_did_not_change(tmp_path: Path) -> None:
@@ -228,6 +229,80 @@ def test_an_edit_keeps_the_chunks_it_did_not_change(tmp_path: Path) -> None:
 
     before, after = edited(tags=("design", "retagged"))  # every chunk's retrieval text changes
     assert not {row[0] for row in before} & {row[0] for row in after}
+
+
+# The change-logging triggers of projections made before retrieval texts were stored without the chunk text
+OLD_TRIGGERS = {
+    "chunks_lexical_insert": "CREATE TRIGGER chunks_lexical_insert AFTER INSERT ON chunks BEGIN "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
+    "chunks_lexical_delete": "CREATE TRIGGER chunks_lexical_delete AFTER DELETE ON chunks BEGIN "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, old.retrieval_text); END",
+    "chunks_lexical_update": "CREATE TRIGGER chunks_lexical_update AFTER UPDATE OF retrieval_text ON chunks BEGIN "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, old.retrieval_text); "
+    "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
+}
+
+
+def test_a_chunk_text_is_stored_once_and_old_whole_rows_still_count(tmp_path: Path) -> None:
+    """New rows keep only the retrieval prefix beside the chunk text; a projection written before (whole
+    retrieval texts, the old triggers) is used as it is: its triggers are renewed by the next writer, and
+    its postings stay the plain count through edits and forgets of old and new rows alike."""
+    paths = make_store(tmp_path)
+    repo = Repository(paths)
+    texts = bodies()
+    now = Timestamp.now()
+    added = [repo.add(Record(new_record_id(), f"Note {name}", "fact", repo.scope, "active", "agent", now, now,
+                             tags=("ops",), sources=(SOURCE,), body=texts[name]))
+             for name in ["mixed-3", "log", "crlf", "mixed-7"]]  # fmt: skip
+    whole = kept_chunks.retrieval_text("chunks")
+    with pj.reading(paths.index_path) as conn:
+        sums = f"SELECT sum(length(retrieval_text)), sum(length(text)), sum(length({whole})) FROM chunks"
+        stored, text, read = conn.execute(sums).fetchone()
+    assert stored < text < read  # the prefixes alone are stored
+    conn = pj.connect(paths.index_path, writer=True)
+    try:  # make it a projection of before: whole retrieval texts, the old triggers
+        conn.execute("BEGIN IMMEDIATE")
+        for name in OLD_TRIGGERS:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute(f"UPDATE chunks SET retrieval_text = {whole}")
+        for statement in OLD_TRIGGERS.values():
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    with pj.reading(paths.index_path) as conn:
+        assert conn.execute(f"SELECT count(*) FROM chunks WHERE retrieval_text != {whole}").fetchone()[0] == 0
+        assert conn.execute("SELECT sum(length(retrieval_text)) FROM chunks").fetchone()[0] == read
+    current = repo.find(added[1].id)
+    repo.replace_if_unchanged(current, current.record.replace(body=texts["mixed-5"], updated_at=Timestamp.now()))
+    repo.forget(added[0].id)
+    with pj.reading(paths.index_path) as conn:
+        triggers = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
+        assert {name: triggers[name] for name in OLD_TRIGGERS} == postings._TRIGGERS
+        assert problem(conn) is None
+        assert stored_postings(conn) == plain_postings(conn)
+    for record in added[2:]:
+        repo.forget(record.id)
+    with pj.reading(paths.index_path) as conn:
+        assert problem(conn) is None
+        assert stored_postings(conn) == plain_postings(conn)
+
+
+def test_a_retrieval_text_is_stored_whole_where_its_prefix_alone_would_be_ambiguous() -> None:
+    row = ("id", 0, None, "text", "", "T\n\n\n\nnote.md\ntext", 0, 1, "hash")
+    assert kept_chunks.stored(row)[5] == "T\n\n\n\nnote.md\n"
+    prefix = "T\n\n\n\nnote.md\n"
+    for text, retrieval in [("", prefix), ("\n", prefix + "\n"), ("md\n", prefix + "md\n")]:  # the prefix ends with it
+        whole = (*row[:3], text, "", retrieval, *row[6:])
+        assert kept_chunks.stored(whole) == whole
+    conn = sqlite3.connect(":memory:")
+    reads = [("T\n\n\n\nnote.md\n", "text"), ("T\n\n\n\nnote.md\ntext", "text"), ("P\n\n\n\nx\n", ""),
+             ("P\n\n\n\nx\nz\x00é", "z\x00é"), ("P\n\n\n\nx\n", "z\x00é"), ("a", "longer than a")]  # fmt: skip
+    read = kept_chunks.retrieval_text("c")
+    found = [conn.execute(f"SELECT {read} FROM (SELECT ? AS retrieval_text, ? AS text) AS c", pair).fetchone()[0]
+             for pair in reads]  # fmt: skip
+    assert found == ["T\n\n\n\nnote.md\ntext", "T\n\n\n\nnote.md\ntext", "P\n\n\n\nx\n", "P\n\n\n\nx\nz\x00é",
+                     "P\n\n\n\nx\nz\x00é", "alonger than a"]  # fmt: skip
 
 
 if __name__ == "__main__":  # regenerate the digests (only from a chunker known to be right)

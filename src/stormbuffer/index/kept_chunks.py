@@ -8,6 +8,12 @@ stored row with the same values is kept with its id, so its postings and its vec
 they are; only its ordinal moves when text before it was added or removed. The other stored rows
 are deleted and the new ones inserted, which is all the lexical triggers and the vector matrix see.
 Editing one line of a 5 MB log thus re-indexes a chunk or two instead of 4,000.
+
+A chunk's retrieval text is its retrieval prefix followed by its text, and is stored without the
+text (`stored`): only the prefix, unless the text is empty or the prefix itself ends with it. A
+stored retrieval text that ends with the chunk's text is whole (rows written before, and those
+exceptions), any other is the prefix, and `retrieval_text` reads either back whole, so a large
+record's text is stored once and old projections need no rebuild.
 """
 
 from __future__ import annotations
@@ -24,6 +30,32 @@ INSERT = (
     "INSERT INTO chunks(record_id, ordinal, heading, text, embed_text, retrieval_text, token_count, word_count, "
     "embed_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+TEXT, RETRIEVAL_TEXT = 3, 5
+
+
+def stored(row: Row) -> Row:
+    """A chunk row as it is stored: its retrieval text without the chunk text (see the module)."""
+    text, retrieval = row[TEXT], row[RETRIEVAL_TEXT]
+    prefix = retrieval[: len(retrieval) - len(text)]
+    if not text or not retrieval.endswith(text) or prefix.endswith(text):
+        return row
+    return (*row[:RETRIEVAL_TEXT], prefix, *row[RETRIEVAL_TEXT + 1 :])
+
+
+def retrieval_text(table: str) -> str:
+    """SQL reading the whole retrieval text of a row of `table` (a name or alias of `chunks`, or `old`
+    in a trigger) from its stored form: the stored value when it ends with the chunk text (compared as
+    UTF-8 bytes), else the stored prefix followed by the text."""
+    stored_text, text = f"{table}.retrieval_text", f"{table}.text"
+    return (f"CASE WHEN substr(CAST({stored_text} AS BLOB), -length(CAST({text} AS BLOB))) = CAST({text} AS BLOB) "
+            f"THEN {stored_text} ELSE {stored_text} || {text} END")  # fmt: skip
+
+
+def insert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    """Insert new chunk rows (as `index.sync.record_chunks` makes them) in their stored form."""
+    conn.executemany(INSERT, map(stored, rows))
+
 
 Key = tuple[str | None, str, int, int]  # heading, embedding text's sha256, model tokens, words
 Row = tuple[Any, ...]  # record id, ordinal, heading, text, embedding and retrieval text, tokens, words, hash
@@ -72,5 +104,5 @@ def replace(conn: sqlite3.Connection, record_id: str, rows: Sequence[Row]) -> Ch
                      [(-1 - ordinal, chunk_id) for chunk_id, ordinal in changes.moved])  # fmt: skip
     conn.executemany("UPDATE chunks SET ordinal = ? WHERE id = ?",
                      [(ordinal, chunk_id) for chunk_id, ordinal in changes.moved])  # fmt: skip
-    conn.executemany(INSERT, changes.inserted)
+    insert(conn, changes.inserted)
     return changes

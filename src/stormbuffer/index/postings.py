@@ -40,6 +40,8 @@ from functools import cache
 from itertools import chain, count
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import kept_chunks
+
 if TYPE_CHECKING:
     import numpy as np
     from sqlalchemy import Connection
@@ -63,15 +65,16 @@ STOPWORDS = frozenset(
     "they this to was will with".split()
 )
 
-_TRIGGERS = (
-    "CREATE TRIGGER chunks_lexical_insert AFTER INSERT ON chunks BEGIN "
+_OLD_TEXT = kept_chunks.retrieval_text("old")
+_TRIGGERS = {
+    "chunks_lexical_insert": "CREATE TRIGGER chunks_lexical_insert AFTER INSERT ON chunks BEGIN "
     "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
-    "CREATE TRIGGER chunks_lexical_delete AFTER DELETE ON chunks BEGIN "
-    "INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, old.retrieval_text); END",
-    "CREATE TRIGGER chunks_lexical_update AFTER UPDATE OF retrieval_text ON chunks BEGIN "
-    "INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, old.retrieval_text); "
+    "chunks_lexical_delete": "CREATE TRIGGER chunks_lexical_delete AFTER DELETE ON chunks BEGIN "
+    f"INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, {_OLD_TEXT}); END",
+    "chunks_lexical_update": "CREATE TRIGGER chunks_lexical_update AFTER UPDATE OF text, retrieval_text ON chunks "
+    f"BEGIN INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, {_OLD_TEXT}); "
     "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
-)
+}
 
 
 @cache
@@ -154,8 +157,26 @@ def _field_terms(fields: list[str], known: dict[str, str]) -> Tally:
 
 def create(conn: Connection) -> None:
     """The triggers that log changes of `chunks` (the tables are part of the projection's metadata)."""
-    for statement in _TRIGGERS:
+    for statement in _TRIGGERS.values():
         conn.exec_driver_sql(statement)
+
+
+def renew_triggers(conn: sqlite3.Connection) -> None:
+    """Replace the change-logging triggers of a projection made before today's (they logged the stored
+    retrieval text as it was, not read back whole), in one transaction; nothing when they are current."""
+    stored = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
+    stale = [name for name, statement in _TRIGGERS.items() if name in stored and stored[name] != statement]
+    if not stale:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for name in stale:
+            conn.execute(f"DROP TRIGGER {name}")
+            conn.execute(_TRIGGERS[name])
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.rollback()
 
 
 @cache
@@ -218,8 +239,8 @@ def apply_changes(conn: sqlite3.Connection) -> None:
 def _added_texts(conn: sqlite3.Connection, added: set[int]) -> Iterator[tuple[int, str]]:
     """(id, retrieval text) of each chunk in `added`, once (an id logged twice, updated, is read once)."""
     for chunk, text in conn.execute(
-        "SELECT c.id, c.retrieval_text FROM lexical_changes AS l JOIN chunks AS c ON c.id = l.chunk "
-        "WHERE l.added = 1 ORDER BY c.id"
+        f"SELECT c.id, {kept_chunks.retrieval_text('c')} FROM lexical_changes AS l JOIN chunks AS c "
+        "ON c.id = l.chunk WHERE l.added = 1 ORDER BY c.id"
     ):
         if chunk in added:
             added.discard(chunk)
@@ -491,7 +512,7 @@ def problem(conn: sqlite3.Connection) -> str | None:
     if conn.execute("SELECT count(*) FROM lexical_changes").fetchone()[0]:
         return "unapplied changes"
     expected = _Accumulator()
-    total = expected.add_all(conn.execute("SELECT id, retrieval_text FROM chunks ORDER BY id"))
+    total = expected.add_all(conn.execute(f"SELECT id, {kept_chunks.retrieval_text('chunks')} FROM chunks ORDER BY id"))
     chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
     settings = dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall())
     if Stats.of(settings) != Stats(chunks, total):

@@ -268,6 +268,10 @@ def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite
     try:
         for pragma in pragmas:
             conn.execute(f"PRAGMA {pragma}")
+        if writer:
+            from . import postings
+
+            postings.renew_triggers(conn)
     except sqlite3.Error:
         conn.close()
         raise

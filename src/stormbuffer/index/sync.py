@@ -1008,7 +1008,7 @@ def project_records(
             kept_chunks.replace(conn, record.id, chunks)
         else:
             conn.execute(_INSERT_RECORD, row)
-            conn.executemany(kept_chunks.INSERT, chunks)
+            kept_chunks.insert(conn, chunks)
     return written
 
 
