@@ -245,8 +245,9 @@ OLD_TRIGGERS = {
 
 def test_a_chunk_text_is_stored_once_and_old_whole_rows_still_count(tmp_path: Path) -> None:
     """New rows keep only the retrieval prefix beside the chunk text; a projection written before (whole
-    retrieval texts, the old triggers) is used as it is: its triggers are renewed by the next writer, and
-    its postings stay the plain count through edits and forgets of old and new rows alike."""
+    retrieval texts, the old triggers, the legacy version) is used as it is: the next writer renews its
+    triggers and stamps today's version (which older versions rebuild rather than misread), and its
+    postings stay the plain count through edits and forgets of old and new rows alike."""
     paths = make_store(tmp_path)
     repo = Repository(paths)
     texts = bodies()
@@ -267,18 +268,21 @@ def test_a_chunk_text_is_stored_once_and_old_whole_rows_still_count(tmp_path: Pa
         conn.execute(f"UPDATE chunks SET retrieval_text = {whole}")
         for statement in OLD_TRIGGERS.values():
             conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {pj.LEGACY_VERSION}")
         conn.execute("COMMIT")
     finally:
         conn.close()
     with pj.reading(paths.index_path) as conn:
         assert conn.execute(f"SELECT count(*) FROM chunks WHERE retrieval_text != {whole}").fetchone()[0] == 0
         assert conn.execute("SELECT sum(length(retrieval_text)) FROM chunks").fetchone()[0] == read
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == pj.LEGACY_VERSION  # read as it is
     current = repo.find(added[1].id)
     repo.replace_if_unchanged(current, current.record.replace(body=texts["mixed-5"], updated_at=Timestamp.now()))
     repo.forget(added[0].id)
     with pj.reading(paths.index_path) as conn:
         triggers = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
         assert {name: triggers[name] for name in OLD_TRIGGERS} == postings._TRIGGERS
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == pj.PROJECTION_VERSION
         assert problem(conn) is None
         assert stored_postings(conn) == plain_postings(conn)
     for record in added[2:]:

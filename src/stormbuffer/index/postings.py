@@ -163,20 +163,12 @@ def create(conn: Connection) -> None:
 
 def renew_triggers(conn: sqlite3.Connection) -> None:
     """Replace the change-logging triggers of a projection made before today's (they logged the stored
-    retrieval text as it was, not read back whole), in one transaction; nothing when they are current."""
+    retrieval text as it was, not read back whole), in the caller's transaction."""
     stored = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
-    stale = [name for name, statement in _TRIGGERS.items() if name in stored and stored[name] != statement]
-    if not stale:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for name in stale:
+    for name, statement in _TRIGGERS.items():
+        if name in stored and stored[name] != statement:
             conn.execute(f"DROP TRIGGER {name}")
-            conn.execute(_TRIGGERS[name])
-        conn.execute("COMMIT")
-    finally:
-        if conn.in_transaction:
-            conn.rollback()
+            conn.execute(statement)
 
 
 @cache

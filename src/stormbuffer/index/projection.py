@@ -6,7 +6,10 @@ replaced rather than migrated.
 
 Two version numbers are kept apart on purpose:
 
-- `PROJECTION_VERSION` is this layout, stored in `PRAGMA user_version` and checked on open.
+- `PROJECTION_VERSION` is this layout, stored in `PRAGMA user_version` and checked on open. A
+  projection of `LEGACY_VERSION` (chunk rows stored whole) is read as it is and upgraded in place by
+  the first writer (`upgrade`); versions of Stormbuffer before this one find a number they do not know
+  and rebuild the file rather than misread a chunk row stored without its text.
 - `PROTOCOL_INDEX_VERSION` (6) is what context receipts report as `index_version`; clients of the
   version-1 protocol know the index by that number, whatever the layout on disk.
 """
@@ -31,7 +34,8 @@ from ..core.stores import StorePaths, trusted_fallback_index_dir
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
 
-PROJECTION_VERSION = 7
+PROJECTION_VERSION = 8
+LEGACY_VERSION = 7  # before a chunk's retrieval text was stored without its text (`kept_chunks`)
 PROTOCOL_INDEX_VERSION = 6
 PROJECTION_FORMAT = "stormbuffer-projection"
 UNAVAILABLE_MESSAGE = (
@@ -269,9 +273,7 @@ def connect(path: Path, *, create: bool = False, writer: bool = False) -> sqlite
         for pragma in pragmas:
             conn.execute(f"PRAGMA {pragma}")
         if writer:
-            from . import postings
-
-            postings.renew_triggers(conn)
+            upgrade(conn)
     except sqlite3.Error:
         conn.close()
         raise
@@ -286,14 +288,37 @@ def driver_connection(conn: Connection) -> sqlite3.Connection:
 
 
 def check_version(conn: sqlite3.Connection) -> None:
-    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION`."""
+    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION` (or of
+    `LEGACY_VERSION`, which reads the same)."""
+    known = (PROJECTION_VERSION, LEGACY_VERSION)
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        marker = get_setting(conn, FORMAT) if version == PROJECTION_VERSION else None
+        marker = get_setting(conn, FORMAT) if version in known else None
     except sqlite3.Error as exc:
         raise ProjectionUnusable("unreadable") from exc
-    if version != PROJECTION_VERSION or marker != PROJECTION_FORMAT:
+    if version not in known or marker != PROJECTION_FORMAT:
         raise ProjectionUnusable(f"version {version}")
+
+
+def upgrade(conn: sqlite3.Connection) -> None:
+    """Make a `LEGACY_VERSION` projection one of `PROJECTION_VERSION` in one transaction: its rows stay
+    as they are; the triggers that log chunk changes are renewed (`postings.renew_triggers`)."""
+    from . import postings
+
+    def version() -> int:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    if version() != LEGACY_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if version() == LEGACY_VERSION:
+            postings.renew_triggers(conn)
+            conn.execute(f"PRAGMA user_version = {PROJECTION_VERSION}")
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.rollback()
 
 
 def create_schema(conn: Connection) -> None:
