@@ -43,17 +43,17 @@ print((resident() - start) >> 20, len(kept))
 """
 
 
-def held_after_freeing(mode: str) -> int:
-    """MB the FRAGMENTED process still holds once it freed nine tenths of its blocks."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(FRAGMENTED), mode], capture_output=True, text=True,
+def held_after_freeing(script: str, mode: str) -> int:
+    """MB the process of `script` (FRAGMENTED or LARGE) still holds once it freed what it frees."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), mode], capture_output=True, text=True,
                           timeout=TIMEOUT)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[0])
 
 
 def test_freed_scattered_memory_goes_back_to_the_system() -> None:
-    assert held_after_freeing("plain") > 150  # glibc keeps it: the blocks still in use pin the heap
-    assert held_after_freeing("bounded") <= 64
+    assert held_after_freeing(FRAGMENTED, "plain") > 150  # glibc keeps it: the blocks still in use pin the heap
+    assert held_after_freeing(FRAGMENTED, "bounded") <= 64
 
 
 # A process that frees 100 blocks of 1 MB between small ones it keeps, after freeing one block of 8 MB
@@ -78,17 +78,9 @@ print((resident() - start) >> 20, len(small))
 """
 
 
-def held_after_freeing_large_blocks(mode: str) -> int:
-    """MB the LARGE process still holds once it freed its large blocks."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(LARGE), mode], capture_output=True, text=True,
-                          timeout=TIMEOUT)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout.split()[0])
-
-
 def test_freed_large_blocks_go_back_at_once() -> None:
-    assert held_after_freeing_large_blocks("plain") >= 90  # carved from the heap, kept between the small ones
-    assert held_after_freeing_large_blocks("bounded") <= 8
+    assert held_after_freeing(LARGE, "plain") >= 90  # carved from the heap, kept between the small ones
+    assert held_after_freeing(LARGE, "bounded") <= 8
 
 
 def test_sqlite_memory_is_held_under_the_soft_limit() -> None:

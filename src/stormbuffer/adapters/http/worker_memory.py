@@ -14,8 +14,8 @@ private to the worker. Three bounds keep it down (measured in docs/team.md, "Mem
   mapped block freed (up to 32 MiB), after which the model's activations and the blocks of a new vector
   matrix (a few MB each, every write) are carved from whichever thread's arena ran them, and stay there;
 - a thread (`Trimmer`) watches the worker's resident size and, once it has grown `TRIM_GROWTH` above
-  the lowest seen since its last look, asks glibc to give back its free pages (`malloc_trim`). It
-  runs beside the requests, never on the event loop. Without glibc it does nothing.
+  the lowest seen since its last look, asks glibc to give back its free pages (`malloc_trim`, a few
+  ms). It runs beside the requests, never on the event loop. Without glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TRIM_POLL_S = 1.0  # how often the trimming thread looks at the resident size
 
 
 def bound_memory() -> None:
-    """In a worker process, once: the SQLite limit set and the trimming thread started."""
+    """In a worker process, once: the SQLite limit and the mapping threshold set, the trimming thread started."""
     limit_sqlite(SQLITE_SOFT_LIMIT)
     map_large_blocks(MMAP_THRESHOLD)
     release = heap_release()
