@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,19 @@ def version_s() -> float:
     return statistics.median(times)
 
 
+def alternating(settings: Sequence[str], rounds: int, run: Callable[[str], dict[str, float]]
+                ) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Each setting's medians of `run(setting)` over `rounds` rounds, the settings taken in turn (in
+    reverse every other round)."""
+    runs: dict[str, list[dict[str, float]]] = {setting: [] for setting in settings}
+    for number in range(rounds):
+        for setting in settings if number % 2 == 0 else reversed(settings):
+            runs[setting].append(run(setting))
+            print(f"round {number + 1}/{rounds} {setting}: {runs[setting][-1]}", file=sys.stderr)
+    return {setting: {name: statistics.median(one[name] for one in measured) for name in measured[0]}
+            for setting, measured in runs.items()}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=200)
@@ -106,15 +120,12 @@ def main() -> None:
         raise SystemExit(f"no model cache at {options.cache_dir}: run bench/team_server.py first, or pass --cache-dir")
     queries = [QUERIES[n % len(QUERIES)] for n in range(options.queries)]
     version = version_s()
-    runs: dict[str, list[dict[str, float]]] = {setting: [] for setting in SETTINGS}
-    for number in range(options.rounds):
-        for setting in SETTINGS if number % 2 == 0 else reversed(SETTINGS):
-            runs[setting].append(run(setting, options.cache_dir, queries, options.long))
-            print(f"round {number + 1}/{options.rounds} {setting}: {runs[setting][-1]}", file=sys.stderr)
+    found = alternating(
+        SETTINGS, options.rounds, lambda setting: run(setting, options.cache_dir, queries, options.long)
+    )
     report: dict[str, Any] = {"queries": options.queries, "long_texts": options.long, "version_s": round(version, 4)}
     print(f"sbuf --version: {version * 1000:.1f} ms; medians of {options.rounds} processes each")
-    for setting, measured in runs.items():
-        medians = {name: statistics.median(run[name] for run in measured) for name in measured[0]}
+    for setting, medians in found.items():
         report[setting] = medians | {"query_p50_x_version": round(medians["query_p50_ms"] / 1000 / version, 4)}
         print(f"{setting:>18}: query p50 {medians['query_p50_ms']:.2f} ms ({medians['query_cpu_ms']:.2f} ms CPU), "
               f"after long texts {medians['query_after_long_p50_ms']:.2f} ms ({medians['query_after_long_cpu_ms']:.2f}"

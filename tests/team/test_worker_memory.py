@@ -1,7 +1,8 @@
 """A team server worker's memory after writes (`adapters/http/worker_memory.py`): a process that frees
-scattered memory gets it back from the trimming thread, its SQLite memory is held under the soft
-limit, and `sbuf serve --team --workers 2` after a burst of large writes keeps each worker within
-a bound of what it held before, measured from /proc, while the written records are recalled."""
+scattered memory gets it back from the trimming thread, large blocks it frees go back at once, its
+SQLite memory is held under the soft limit, and `sbuf serve --team --workers 2` after a burst of
+large writes keeps each worker within a bound of what it held before, measured from /proc, while the
+written records are recalled."""
 
 from __future__ import annotations
 
@@ -42,17 +43,44 @@ print((resident() - start) >> 20, len(kept))
 """
 
 
-def held_after_freeing(mode: str) -> int:
-    """MB the FRAGMENTED process still holds once it freed nine tenths of its blocks."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(FRAGMENTED), mode], capture_output=True, text=True,
+def held_after_freeing(script: str, mode: str) -> int:
+    """MB the process of `script` (FRAGMENTED or LARGE) still holds once it freed what it frees."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), mode], capture_output=True, text=True,
                           timeout=TIMEOUT)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[0])
 
 
 def test_freed_scattered_memory_goes_back_to_the_system() -> None:
-    assert held_after_freeing("plain") > 150  # glibc keeps it: the blocks still in use pin the heap
-    assert held_after_freeing("bounded") <= 64
+    assert held_after_freeing(FRAGMENTED, "plain") > 150  # glibc keeps it: the blocks still in use pin the heap
+    assert held_after_freeing(FRAGMENTED, "bounded") <= 64
+
+
+# A process that frees 100 blocks of 1 MB between small ones it keeps, after freeing one block of 8 MB
+# (which raises glibc's own threshold above 1 MB): what it holds beyond where it was before them.
+LARGE = """
+import sys
+from pathlib import Path
+def resident():
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+if sys.argv[1] == "bounded":
+    from stormbuffer.adapters.http.worker_memory import MMAP_THRESHOLD, map_large_blocks
+    assert map_large_blocks(MMAP_THRESHOLD)
+first = b"x" * (8 << 20)
+del first
+start = resident()
+large, small = [], []
+for n in range(100):
+    large.append(bytes([n % 256]) * (1 << 20))
+    small.append(bytes(1000))
+del large
+print((resident() - start) >> 20, len(small))
+"""
+
+
+def test_freed_large_blocks_go_back_at_once() -> None:
+    assert held_after_freeing(LARGE, "plain") >= 90  # carved from the heap, kept between the small ones
+    assert held_after_freeing(LARGE, "bounded") <= 8
 
 
 def test_sqlite_memory_is_held_under_the_soft_limit() -> None:

@@ -237,7 +237,7 @@ def _stream(handle: BinaryIO, segment: Segment) -> None:
     for block in segment.blocks:
         if block.ndim != 2 or block.shape[1] != segment.dimension:
             raise ValueError("a vector block has the wrong shape")
-        handle.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
+        handle.write(np.ascontiguousarray(block, dtype="<f4").data.cast("B"))  # its bytes, not a copy of them
         written += block.shape[0]
     if written != segment.count:
         raise ValueError(f"{segment.count} vectors were due, {written} came")
