@@ -43,7 +43,7 @@ plain = sessions._options
 def options(*, optimize):
     chosen = plain(optimize=optimize)
     chosen.enable_cpu_mem_arena = setting != "no-arena"
-    elif setting == "same-as-requested":
+    if setting == "same-as-requested":
         chosen.add_session_config_entry("session.use_env_allocators", "1")
     return chosen
 if setting == "same-as-requested":  # an arena of the environment, shared by its sessions, extended by what is asked
