@@ -20,7 +20,7 @@ from stormbuffer.core.stores import StorePaths, record_scope
 from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine_projection
 from stormbuffer.engines.postgresql import projection as pg
-from stormbuffer.engines.postgresql import tables
+from stormbuffer.engines.postgresql import statements, tables
 from stormbuffer.engines.postgresql.projecting import (
     ensure_vector_index,
     fill_vectors,
@@ -201,10 +201,9 @@ def test_past_its_threshold_the_hnsw_index_answers_as_exact_search_does(loaded: 
         assert [hit.record_id for hit in indexed.hits] == [hit.record_id for hit in scanned.hits]
 
 
-def plan_of(projection: pg.PostgresProjection, statement: Any) -> str:
-    """The plan of a SQLAlchemy statement in this reading (its values inlined)."""
-    sql = statement.compile(dialect=projection.conn.dialect, compile_kwargs={"literal_binds": True})
-    return " ".join(line for (line,) in projection.rows(text(f"EXPLAIN {sql}")))
+def plan_of(projection: pg.PostgresProjection, sql: str, values: dict[str, Any]) -> str:
+    """The plan of one of the reader's statements with these values, in this reading."""
+    return " ".join(line for (line,) in projection.query(f"EXPLAIN {sql}", values))
 
 
 def test_postings_are_read_from_their_covering_key_and_an_older_key_is_rebuilt(loaded: Loaded) -> None:
@@ -224,9 +223,8 @@ def test_postings_are_read_from_their_covering_key_and_an_older_key_is_rebuilt(l
     scope = record_scope(loaded.paths)
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
         projection.rows(text("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"))  # a small table
-        table = projection.found.postings
-        packed = pg._packed_entries(table, (table.c.store == scope) & (table.c.term == "releas"))
-        assert "Index Only Scan using projection_postings_pkey" in plan_of(projection, packed)
+        values = {"store": scope, "terms": ["releas"], "lows": [], "highs": [], "total": 1000}
+        assert "Index Only Scan using projection_postings_pkey" in plan_of(projection, statements.OWN, values)
     sqlite, postgres = both(loaded, "deploy release build", SearchOptions(limit=10, mode="lexical"))
     assert sqlite.hits
     assert_same(sqlite, postgres)
@@ -243,7 +241,8 @@ def test_chunks_waiting_for_a_vector_are_counted_from_their_own_index(loaded: Lo
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
         assert projection.settings[pj.VECTOR_PENDING] == str(written)
         projection.rows(text("SET LOCAL enable_seqscan = off"))
-        assert "projection_chunks_waiting" in plan_of(projection, pg._opening(projection.found, scope, False))
+        values = {"store": scope, "random_page_cost": "1.1"}
+        assert "projection_chunks_waiting" in plan_of(projection, statements.OPENING, values)
     with loaded.engine.begin() as conn:
         assert fill_vectors(conn, scope, loaded.embedder, dimension=dimension) == (written, 0)
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
@@ -287,7 +286,7 @@ def test_the_vector_search_runs_on_a_second_connection_in_the_readings_snapshot(
         search = projection.vector_search(loaded.embedder)
         assert search is not None and projection.beside is not None
         [(ours,)] = projection.rows(text("SELECT pg_backend_pid()"))
-        [(beside,)] = projection.beside.rows(text("SELECT pg_backend_pid()"))
+        [(beside,)] = projection.beside.rows("SELECT pg_backend_pid()")
         assert beside != ours
         with loaded.engine.begin() as conn:  # another writer removes every record after the snapshot began
             conn.execute(text("DELETE FROM stormbuffer.projection_records WHERE store = :store"), {"store": scope})
