@@ -284,14 +284,14 @@ def test_the_vector_search_runs_on_a_second_connection_in_the_readings_snapshot(
     vector = loaded.embedder.embed(["how do we restore the staging database"])[0]
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
         search = projection.vector_search(loaded.embedder)
-        assert search is not None and projection.beside is not None
+        assert search is not None and projection.beside is not None and projection.beside.opened is None
+        with loaded.engine.begin() as conn:  # another writer removes every record after the snapshot began
+            conn.execute(text("DELETE FROM stormbuffer.projection_records WHERE store = :store"), {"store": scope})
+        found = search.nearest(vector, options, 10)  # the second connection opens with it, after the removal
+        assert len(found.chunks) == 10  # and still reads the snapshot
         [(ours,)] = projection.rows(text("SELECT pg_backend_pid()"))
         [(beside,)] = projection.beside.rows("SELECT pg_backend_pid()")
         assert beside != ours
-        with loaded.engine.begin() as conn:  # another writer removes every record after the snapshot began
-            conn.execute(text("DELETE FROM stormbuffer.projection_records WHERE store = :store"), {"store": scope})
-        found = search.nearest(vector, options, 10)
-        assert len(found.chunks) == 10  # the second connection still reads the snapshot
     with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
         search = projection.vector_search(loaded.embedder)
         assert search is not None and search.nearest(vector, options, 10).chunks == []

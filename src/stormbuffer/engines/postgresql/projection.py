@@ -21,7 +21,7 @@ import json
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +43,11 @@ if TYPE_CHECKING:
     from ...retrieval.hits import SearchOptions
 
 MAX_EF_SEARCH = 1000  # pgvector's bound on hnsw.ef_search
-FIRST_EF_SEARCH = 200  # set as the vector search's connection opens: four times a hybrid recall's 50 records
 # PostgreSQL's default of 4 prices a random page read as a disk seek: with it the planner joins a
 # recall's few chunks to their records by hashing every record (1.1 ms at 2,000 records) rather than
 # looking each one up (0.2 ms). The projection a recall reads is cached; 1.1 is the usual SSD setting.
 RANDOM_PAGE_COST = 1.1
-# opens the vector search's connections (`Beside`) and ends reads' transactions; threads start lazily
+# ends reads' transactions; threads start lazily
 _BACKGROUND = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stormbuffer-pg-snapshot")
 
 
@@ -107,13 +106,13 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
                                            {"store": store, "random_page_cost": str(RANDOM_PAGE_COST)})  # fmt: skip
     beside = None
     try:
-        kept, chunks, terms, pending, indexed, snapshot, _cost = opened
+        [(kept, chunks, terms, pending, indexed, snapshot, _cost)] = opened
         settings = dict(kept or {})
         settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
         if VECTOR_MODEL in settings:
             settings[pj.VECTOR_PENDING] = str(pending or 0)
         projection = PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
-        projection.beside = beside = Beside(engine, snapshot, bool(indexed))
+        projection.beside = beside = Beside(engine, snapshot)
         yield projection
     finally:  # nothing was written: the transactions end (and their connections go back) off the reader's path
         _BACKGROUND.submit(_end, conn, transaction, beside)
@@ -142,10 +141,10 @@ def _finish(conn: Connection, transaction: Any) -> None:
 _SNAPSHOT: dict[str, Any] = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
 
 
-def _connected(engine: Engine, commands: Sequence[str], sql: str | None = None,
-               values: Mapping[str, object] | None = None) -> tuple[Connection, Any, Any]:  # fmt: skip
+def _connected(engine: Engine, commands: Sequence[str], sql: str, values: Mapping[str, object], *,
+               binary: bool = False) -> tuple[Connection, Any, list[Any]]:  # fmt: skip
     """A connection of `engine` in a READ ONLY, REPEATABLE READ transaction begun with `commands` and the
-    statement `sql` (`_pipelined`): the connection, its transaction and the row of `sql`. Nothing is
+    statement `sql` (`_pipelined`): the connection, its transaction and the rows of `sql`. Nothing is
     sent before (no ping): when the server had dropped the pooled connection, this is tried once more
     on a new one."""
     from sqlalchemy.exc import DBAPIError
@@ -154,7 +153,7 @@ def _connected(engine: Engine, commands: Sequence[str], sql: str | None = None,
         conn = engine.connect()
         try:
             transaction = conn.execution_options(**_SNAPSHOT).begin()
-            return conn, transaction, _pipelined(conn, commands, sql, values)
+            return conn, transaction, _pipelined(conn, commands, sql, values, binary=binary)
         except DBAPIError as exc:
             if exc.connection_invalidated:  # the pool's other connections are as likely gone: a new pool
                 conn.invalidate()
@@ -168,20 +167,24 @@ def _connected(engine: Engine, commands: Sequence[str], sql: str | None = None,
     raise AssertionError("unreachable")
 
 
-def _pipelined(conn: Connection, commands: Sequence[str], sql: str | None = None,
-               values: Mapping[str, object] | None = None) -> Any:  # fmt: skip
+def _pipelined(conn: Connection, commands: Sequence[str], sql: str, values: Mapping[str, object], *,
+               binary: bool = False) -> list[Any]:  # fmt: skip
     """Send `commands` (no parameters, no rows), then the statement `sql` with `values`, in one round trip
-    (psycopg's pipeline mode), behind the transaction's `BEGIN` when they are the first of it; the one
-    row of `sql`. A failure is a DBAPIError, as through SQLAlchemy."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with _as_dbapi_errors(driver), driver.pipeline(), driver.cursor() as cursor:
+    (psycopg's pipeline mode), behind the transaction's `BEGIN` when they are the first of it; the rows
+    of `sql` (`binary`: in PostgreSQL's binary format). A failure is a DBAPIError, as through SQLAlchemy."""
+    driver = _driver(conn)
+    with _as_dbapi_errors(driver), driver.pipeline(), driver.cursor(binary=binary) as cursor:
         for command in commands:
             driver.execute(command.encode())
-        if sql is None:
-            return None
         cursor.execute(sql, values)
-        return cursor.fetchone()
+        return cursor.fetchall()
+
+
+def _driver(conn: Connection) -> Any:
+    """The psycopg connection beneath the SQLAlchemy connection `conn`."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    return driver
 
 
 def _fetched(driver: Any, sql: str, values: Mapping[str, object]) -> list[tuple[Any, ...]]:
@@ -248,9 +251,8 @@ class PostgresProjection:
 
     def query(self, sql: str, values: Mapping[str, object]) -> list[tuple[Any, ...]]:
         """The rows of one of the `statements` with `values` (`_fetched`)."""
-        driver = self.conn.connection.driver_connection
         with self.lock:
-            return _fetched(driver, sql, values)
+            return _fetched(_driver(self.conn), sql, values)
 
     def set_local(self, command: str) -> None:
         """Run a `SET LOCAL` command in this transaction and in the vector search's."""
@@ -286,83 +288,63 @@ class PostgresProjection:
     def vector_search(self, embedder: Embedder) -> PgVectorSearch | None:
         if self.settings.get(VECTOR_MODEL) != pj.model_identity(embedder):
             return None
-        if self.beside is not None:
-            self.beside.start()
         return PgVectorSearch(self)
 
 
 @dataclass
 class Beside:
     """A second connection reading the snapshot `snapshot` of a projection's transaction (exported by
-    its opening), for the vector search. `start` opens it on a thread of its own while the query is
-    embedded and the lexical side reads its rows; it is closed with the projection's transaction. Its
-    statements take turns under its own lock."""
+    its opening), for the vector search, so that the server searches vectors while the first connection
+    answers the lexical side. It opens with its first statement, in that statement's round trip (`BEGIN`,
+    `SET TRANSACTION SNAPSHOT`, the `SET LOCAL`s and the statement, pipelined), and is closed with the
+    projection's transaction. Its statements take turns under its own lock."""
 
     engine: Engine
     snapshot: str
-    indexed: bool
     commands: list[str] = field(default_factory=list)  # `SET LOCAL` commands sent as it opens
-    opening: Future[tuple[Connection, Any]] | None = None  # the connection and its transaction
+    opened: tuple[Connection, Any] | None = None  # the connection and its transaction
     closed: bool = False
     applied: str = ""  # the `SET LOCAL hnsw.…` settings in force
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self) -> None:
-        """Open the connection in the background (once)."""
-        with self.lock:
-            if self.opening is None and not self.closed:
-                self.opening = _BACKGROUND.submit(self._open)
-
     def set_local(self, command: str) -> None:
-        """Run a `SET LOCAL` command in this transaction (when it opens, if it is not open yet)."""
+        """Run a `SET LOCAL` command in this transaction (as it opens, if it is not open yet)."""
         with self.lock:
-            if self.opening is None:
+            if self.opened is None:
                 self.commands.append(command)
                 return
-            driver = self._driver()
+            driver = _driver(self.opened[0])
             with _as_dbapi_errors(driver):
                 driver.execute(command.encode())
 
     def rows(self, sql: str, values: Mapping[str, object] | None = None, *, settings: str = "") -> list[Any]:
         """The rows of the statement `sql` with `values` (`_fetched`), after the `SET LOCAL` statements in
         `settings` (unless in force)."""
-        self.start()
         with self.lock:
-            if self.closed or self.opening is None:
+            if self.closed:
                 raise RuntimeError("the projection's read transaction has ended")
-            driver = self._driver()
+            if self.opened is None:
+                if not re.fullmatch(r"[0-9A-Fa-f-]+", self.snapshot):
+                    raise RuntimeError("the server exported a snapshot id of an unknown form")
+                commands = [f"SET TRANSACTION SNAPSHOT '{self.snapshot}'",
+                            f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}", *self.commands]  # fmt: skip
+                commands += settings.split("; ") if settings else []
+                conn, transaction, found = _connected(self.engine, commands, sql, values or {}, binary=True)
+                self.opened, self.applied = (conn, transaction), settings
+                return found
+            driver = _driver(self.opened[0])
             if settings and settings != self.applied:
                 with _as_dbapi_errors(driver):
                     driver.execute(settings.encode())
                 self.applied = settings
             return _fetched(driver, sql, values or {})
 
-    def _driver(self) -> Any:
-        """The open connection's psycopg connection (waiting for it to open)."""
-        assert self.opening is not None
-        return self.opening.result()[0].connection.driver_connection
-
-    def _open(self) -> tuple[Connection, Any]:
-        if not re.fullmatch(r"[0-9A-Fa-f-]+", self.snapshot):
-            raise RuntimeError("the server exported a snapshot id of an unknown form")
-        commands = [f"SET TRANSACTION SNAPSHOT '{self.snapshot}'", f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}",
-                    *self.commands]  # fmt: skip
-        if self.indexed:
-            self.applied = hnsw_settings(FIRST_EF_SEARCH)
-            commands += self.applied.split("; ")
-        conn, transaction, _row = _connected(self.engine, commands)
-        return conn, transaction
-
     def close(self) -> None:
-        """End the second transaction (waiting for its opening or a statement running on it)."""
+        """End the second transaction (waiting for a statement running on it)."""
         with self.lock:
             self.closed = True
-            if self.opening is not None and not self.opening.cancel():
-                try:
-                    conn, transaction = self.opening.result()
-                except Exception:  # its failure was the vector search's to report
-                    return
-                _finish(conn, transaction)
+            if self.opened is not None:
+                _finish(*self.opened)
 
 
 def hnsw_settings(take: int) -> str:
@@ -383,8 +365,9 @@ class PostgresTerms:
         projection = self.projection
         # the terms that may match as prefixes: those `postings.rank` would look up with `prefixed`
         prefixes = [term for term in terms if not (len(term) == 1 and term.isascii()) and ord(term[-1]) < 0x10FFFF]
+        total = postings.Stats.of(projection.settings).chunks
         values = {"store": projection.store, "terms": list(terms), "lows": prefixes,
-                  "highs": [_after(term) for term in prefixes], "total": postings.Stats.of(projection.settings).chunks}  # fmt: skip
+                  "highs": [_after(term) for term in prefixes], "total": total}  # fmt: skip
         found = {term: (int(chunks), packed) for term, chunks, packed in projection.query(statements.OWN, values)}
         return [None if (row := found.get(term)) is None else row[0] if row[1] is None else _little_endian(row[1])
                 for term in terms]  # fmt: skip
