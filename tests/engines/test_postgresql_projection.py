@@ -327,3 +327,20 @@ def test_a_term_in_half_the_chunks_is_not_read_when_a_rarer_one_matches_and_rank
             sqlite, postgres = both(loaded, query, SearchOptions(limit=10, mode=mode))
             assert sqlite.hits, query
             assert_same(sqlite, postgres)
+
+
+def test_reads_end_with_a_commit_and_keep_their_prepared_statements(loaded: Loaded) -> None:
+    scope, dimension = record_scope(loaded.paths), loaded.embedder.dimension
+    url = loaded.engine.url.render_as_string(hide_password=False)
+    engine = create_engine(url, pool_size=2, max_overflow=0)  # each connection opens every other read
+    reading = partial(pg.reading, engine, scope, loaded.paths.root, dimension=dimension)
+    options = effective_options([loaded.paths], SearchOptions(limit=10, mode="hybrid"))
+    try:
+        for query in QUERIES:  # psycopg prepares a statement on its fifth run on a connection
+            assert rank_projections([reading], query, options, embedder=loaded.embedder).hits
+        with reading() as projection:
+            prepared = [sql for (sql,) in projection.rows(text("SELECT statement FROM pg_prepared_statements"))]
+    finally:
+        engine.dispose()
+    assert any("pg_export_snapshot()" in sql for sql in prepared), prepared  # the opening, ready-parsed
+    assert any("projection_terms" in sql for sql in prepared), prepared  # the postings statement
