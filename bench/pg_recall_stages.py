@@ -33,10 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 from engines import save  # noqa: E402
-from engines_daemon import URL_VARIABLE, build_directory, daemon_environment, vacuumed  # noqa: E402
+from engines_daemon import URL_VARIABLE, build_directory, postgresql_copy  # noqa: E402
 from hnsw_recall import query_texts, version_seconds  # noqa: E402
 from machine import machine  # noqa: E402
-from pg_build import build_postgresql  # noqa: E402
 
 from tests.postgres import PostgresServer  # noqa: E402
 
@@ -108,10 +107,7 @@ def main() -> None:
     server = PostgresServer.start()
     registry = FreshnessRegistry()
     try:
-        database = server.create_database().split("@/", 1)[1].split("?", 1)[0]
-        env = daemon_environment(work / "postgresql", server.tcp_url(database))
-        build_postgresql(work / "postgresql", env, directory_paths, embedder)  # the same records and vectors
-        vacuumed(env[URL_VARIABLE])
+        env, _built, _vacuum = postgresql_copy(work, server, directory_paths, embedder)  # the same records, vectors
         os.environ[URL_VARIABLE] = env[URL_VARIABLE]
         version = version_seconds()
         search = importlib.import_module("stormbuffer.retrieval.search")

@@ -456,7 +456,7 @@ def hnsw_recall(engine: Any, paths: Any, scope: str, queries: list[str], real: A
     from stormbuffer.retrieval.search import CANDIDATE_RECORDS, effective_options
 
     options = effective_options([paths], SearchOptions(limit=10, mode="hybrid"))
-    reading = partial(pg.reading, engine, scope, paths.root, dimension=real.dimension)
+    reading = partial(pg.reading, engine, scope, paths.root)
     depths = {"10_records": 10, f"{CANDIDATE_RECORDS}_records": CANDIDATE_RECORDS}
     shares: dict[str, list[float]] = {name: [] for name in depths}
     tied: dict[str, list[float]] = {name: [] for name in depths}

@@ -10,9 +10,10 @@ HNSW index exists (`projecting.ensure_vector_index`), then through it with pgvec
 so that filters on scopes, status, access and kind still leave enough rows.
 
 Each chunk row comes with its vector and its sentences' vectors, and the vector search returns the rows
-of the chunks it finds. A hybrid recall waits for three round trips on the first connection, the first
-of them with its `BEGIN`, and for none to end its transactions (docs/postgresql.md). The statements are
-SQL text made once (`statements`); their rows come in PostgreSQL's binary format.
+of the chunks it finds with their sentences' vectors. A hybrid recall waits for three round trips on
+the first connection, the first of them with its `BEGIN`, one on the second, and for none to end its
+transactions, which commit so that psycopg keeps the statements it prepared (docs/postgresql.md). The
+statements are SQL text made once (`statements`); their rows come in PostgreSQL's binary format.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ...index import projection as pj
 from ..projection import ChunkRow, Nearest
 from . import statements
 from .projecting import VECTOR_MODEL
-from .tables import Tables, tables
+from .tables import tables
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,13 +56,12 @@ _BACKGROUND = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stormbuffer-
 def reading_store(paths: StorePaths, store: str, variable: str) -> Iterator[PostgresProjection]:
     """`reading` the projection of a PostgreSQL store whose database URL is in the environment variable
     `variable`; any database failure, during the read too, is a StoreError naming the variable."""
-    from ...embedding import DIMENSION
     from .database import autocommit_engine_for, database_url, talking_to, up_to_date
 
     url = database_url(variable)
     with talking_to(variable):
         up_to_date(url)
-        with reading(autocommit_engine_for(url), store, paths.root, dimension=DIMENSION) as projection:
+        with reading(autocommit_engine_for(url), store, paths.root) as projection:
             yield projection
 
 
@@ -96,11 +96,9 @@ def _waiting_bound() -> Any:
 
 
 @contextmanager
-def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
-            exact: bool = False) -> Iterator[PostgresProjection]:  # fmt: skip
+def reading(engine: Engine, store: str, store_root: Path, *, exact: bool = False) -> Iterator[PostgresProjection]:
     """A read snapshot of the projection of `store` (its record scope) in `engine`'s database; `exact`
     searches vectors exactly even where an HNSW index exists."""
-    found = tables(dimension)
     opening = statements.OPENING_EXACT if exact else statements.OPENING
     conn, transaction, opened = _connected(engine, [], opening,
                                            {"store": store, "random_page_cost": str(RANDOM_PAGE_COST)})  # fmt: skip
@@ -111,7 +109,7 @@ def reading(engine: Engine, store: str, store_root: Path, *, dimension: int,
         settings[postings.STATS] = json.dumps({"chunks": int(chunks or 0), "terms": int(terms or 0)})
         if VECTOR_MODEL in settings:
             settings[pj.VECTOR_PENDING] = str(pending or 0)
-        projection = PostgresProjection(conn, store, store_root, settings, found, indexed=bool(indexed))
+        projection = PostgresProjection(conn, store, store_root, settings, indexed=bool(indexed))
         projection.beside = beside = Beside(engine, snapshot)
         yield projection
     finally:  # nothing was written: the transactions end (and their connections go back) off the reader's path
@@ -228,7 +226,6 @@ class PostgresProjection:
     store: str
     store_root: Path
     settings: Mapping[str, str]
-    found: Tables
     indexed: bool
     lock: threading.Lock = field(default_factory=threading.Lock)
     # chunk id → its vector (as `vector_send` gives it) and → its sentences' vectors, read with the chunk's

@@ -17,7 +17,7 @@ from .tables import HNSW_INDEX, TERMS_TABLE
 
 _CHUNKS, _RECORDS = f"{SCHEMA}.projection_chunks", f"{SCHEMA}.projection_records"
 
-# What a reader needs first (`projection._opening`): the store's settings (a JSON object), its BM25
+# What a reader needs first (`projection.reading`): the store's settings (a JSON object), its BM25
 # statistics, how many chunks wait for a vector (counted from the partial index of those, whose
 # predicate is written out: a parameter would keep a generic plan from using it), whether the HNSW
 # index answers (NULL: search exactly), and the snapshot's id for the vector search's connection. It
