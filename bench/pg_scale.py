@@ -520,14 +520,16 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
 
     beside_rows = projection.Beside.rows
 
-    def capture_settings(beside: Any, sql: str, values: Any = None, *, settings: str = "") -> list[Any]:
+    def capture_beside(beside: Any, sql: str, values: Any = None, *, settings: str = "") -> list[Any]:
         if settings:  # the vector search's `SET LOCAL hnsw.…`, which it sends only when they change
             captured.append((settings, None))
+        if beside.opened is None:  # its first statement goes in the round trip that opens its connection
+            captured.append((sql, values))
         return beside_rows(beside, sql, values, settings=settings)
 
     event.listen(Engine, "before_cursor_execute", capture)  # every engine: the reader's pool is the store's
     projection._fetched = capture_fetched  # type: ignore[assignment]
-    projection.Beside.rows = capture_settings  # type: ignore[method-assign]
+    projection.Beside.rows = capture_beside  # type: ignore[method-assign]
     try:
         search({"query": query, "limit": 10}, session)
     finally:
