@@ -124,7 +124,7 @@ def main() -> None:
             indexed = ensure_vector_index(conn)
         queries = query_texts(args.queries)
         options = effective_options([paths], SearchOptions(limit=10, mode="hybrid"))
-        reading = partial(pg.reading, engine, scope, paths.root, dimension=embedder.dimension)
+        reading = partial(pg.reading, engine, scope, paths.root)
         openers = {"directory": partial(engine_projection.reading, paths), "postgresql": partial(reading, exact=True)}
         if indexed:  # what a recall does at this size: through the HNSW index (timed only: answers are exact's)
             openers["postgresql_hnsw"] = reading

@@ -104,6 +104,18 @@ def vacuumed(url: str) -> float:
     return time.perf_counter() - started
 
 
+def postgresql_copy(
+    work: Path, server: PostgresServer, directory: Any, embedder: Any
+) -> tuple[dict[str, str], dict[str, Any], float]:
+    """The directory store's records in a new PostgreSQL store at `work / "postgresql"` (a new database of
+    `server`), built as `sbuf import` and `sbuf sync` build one, then vacuumed: its daemon environment,
+    the build's stages (`build_postgresql`) and the seconds of the vacuum."""
+    database = server.create_database().split("@/", 1)[1].split("?", 1)[0]
+    env = daemon_environment(work / "postgresql", server.tcp_url(database))
+    built = build_postgresql(work / "postgresql", env, directory, embedder)
+    return env, built, vacuumed(env[URL_VARIABLE])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=10_000)
@@ -122,11 +134,8 @@ def main() -> None:
     envs = {"directory": daemon_environment(work / "directory")}
     sessions: dict[str, Session] = {}
     try:
-        database = server.create_database().split("@/", 1)[1].split("?", 1)[0]
-        envs["postgresql"] = daemon_environment(work / "postgresql", server.tcp_url(database))
-        built = build_postgresql(work / "postgresql", envs["postgresql"], directory, embedder)
+        envs["postgresql"], built, vacuum = postgresql_copy(work, server, directory, embedder)
         postgresql_build, indexed = built["seconds"]["total"], built["hnsw_index"]
-        vacuum = vacuumed(envs["postgresql"][URL_VARIABLE])
         version = version_seconds()
         queries = query_texts(args.queries)
         for name, env in envs.items():

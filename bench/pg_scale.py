@@ -456,7 +456,7 @@ def hnsw_recall(engine: Any, paths: Any, scope: str, queries: list[str], real: A
     from stormbuffer.retrieval.search import CANDIDATE_RECORDS, effective_options
 
     options = effective_options([paths], SearchOptions(limit=10, mode="hybrid"))
-    reading = partial(pg.reading, engine, scope, paths.root, dimension=real.dimension)
+    reading = partial(pg.reading, engine, scope, paths.root)
     depths = {"10_records": 10, f"{CANDIDATE_RECORDS}_records": CANDIDATE_RECORDS}
     shares: dict[str, list[float]] = {name: [] for name in depths}
     tied: dict[str, list[float]] = {name: [] for name in depths}
@@ -504,7 +504,7 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     import psycopg
     from sqlalchemy import Engine, event
 
-    from stormbuffer.engines.postgresql.projection import PostgresProjection
+    from stormbuffer.engines.postgresql import projection
     from stormbuffer.protocol.reads import search
 
     captured: list[tuple[str, Any]] = []
@@ -512,20 +512,30 @@ def explained(url: str, session: Any, query: str) -> list[dict[str, Any]]:
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         captured.append((statement, parameters))
 
-    binary_rows = PostgresProjection.binary_rows
+    fetched = projection._fetched
 
-    def capture_binary(projection: Any, statement: Any) -> list[Any]:  # sent past SQLAlchemy's events
-        compiled = statement.compile(dialect=projection.conn.dialect, compile_kwargs={"render_postcompile": True})
-        captured.append((str(compiled), compiled.params))
-        return binary_rows(projection, statement)
+    def capture_fetched(driver: Any, sql: str, values: Any) -> list[Any]:  # the reader's statements, past SQLAlchemy
+        captured.append((sql, values))
+        return fetched(driver, sql, values)
+
+    beside_rows = projection.Beside.rows
+
+    def capture_beside(beside: Any, sql: str, values: Any = None, *, settings: str = "") -> list[Any]:
+        if settings:  # the vector search's `SET LOCAL hnsw.…`, which it sends only when they change
+            captured.append((settings, None))
+        if beside.opened is None:  # its first statement goes in the round trip that opens its connection
+            captured.append((sql, values))
+        return beside_rows(beside, sql, values, settings=settings)
 
     event.listen(Engine, "before_cursor_execute", capture)  # every engine: the reader's pool is the store's
-    PostgresProjection.binary_rows = capture_binary  # type: ignore[method-assign]
+    projection._fetched = capture_fetched  # type: ignore[assignment]
+    projection.Beside.rows = capture_beside  # type: ignore[method-assign]
     try:
         search({"query": query, "limit": 10}, session)
     finally:
         event.remove(Engine, "before_cursor_execute", capture)
-        PostgresProjection.binary_rows = binary_rows  # type: ignore[method-assign]
+        projection._fetched = fetched  # type: ignore[assignment]
+        projection.Beside.rows = beside_rows  # type: ignore[method-assign]
     steps: list[dict[str, Any]] = []
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("SET random_page_cost = 1.1")  # as a reader's opening statement sets it

@@ -20,7 +20,7 @@ from stormbuffer.core.stores import StorePaths, record_scope
 from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine_projection
 from stormbuffer.engines.postgresql import projection as pg
-from stormbuffer.engines.postgresql import tables
+from stormbuffer.engines.postgresql import statements, tables
 from stormbuffer.engines.postgresql.projecting import (
     ensure_vector_index,
     fill_vectors,
@@ -108,8 +108,7 @@ def both(loaded: Loaded, query: str, options: SearchOptions) -> tuple[Ranking, R
     """The ranking of `query` from the SQLite projection and from the PostgreSQL one."""
     options = effective_options([loaded.paths], options)
     in_sqlite = partial(engine_projection.reading, loaded.paths)
-    in_postgres = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root,
-                          dimension=loaded.embedder.dimension)  # fmt: skip
+    in_postgres = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root)
     return (rank_projections([in_sqlite], query, options, embedder=loaded.embedder),
             rank_projections([in_postgres], query, options, embedder=loaded.embedder))  # fmt: skip
 
@@ -177,7 +176,7 @@ def test_filters_and_removed_records_rank_the_same(loaded: Loaded) -> None:
 def through_the_index(loaded: Loaded) -> Iterator[pg.PostgresProjection]:
     """A reading whose planner may not scan the (small) table: vector queries go through the HNSW index."""
     scope = record_scope(loaded.paths)
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=loaded.embedder.dimension) as projection:
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         assert projection.indexed
         projection.set_local("SET LOCAL enable_seqscan = off")
         yield projection
@@ -193,18 +192,16 @@ def test_past_its_threshold_the_hnsw_index_answers_as_exact_search_does(loaded: 
                                     "LIMIT 1) LIMIT 10"))  # fmt: skip
         assert "Index Scan using projection_chunks_embedding_hnsw" in " ".join(line for (line,) in plan)
     options = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic"))
-    exact = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root,
-                    dimension=loaded.embedder.dimension, exact=True)  # fmt: skip
+    exact = partial(pg.reading, loaded.engine, record_scope(loaded.paths), loaded.paths.root, exact=True)
     for query in QUERIES:
         indexed = rank_projections([partial(through_the_index, loaded)], query, options, embedder=loaded.embedder)
         scanned = rank_projections([exact], query, options, embedder=loaded.embedder)
         assert [hit.record_id for hit in indexed.hits] == [hit.record_id for hit in scanned.hits]
 
 
-def plan_of(projection: pg.PostgresProjection, statement: Any) -> str:
-    """The plan of a SQLAlchemy statement in this reading (its values inlined)."""
-    sql = statement.compile(dialect=projection.conn.dialect, compile_kwargs={"literal_binds": True})
-    return " ".join(line for (line,) in projection.rows(text(f"EXPLAIN {sql}")))
+def plan_of(projection: pg.PostgresProjection, sql: str, values: dict[str, Any]) -> str:
+    """The plan of one of the reader's statements with these values, in this reading."""
+    return " ".join(line for (line,) in projection.query(f"EXPLAIN {sql}", values))
 
 
 def test_postings_are_read_from_their_covering_key_and_an_older_key_is_rebuilt(loaded: Loaded) -> None:
@@ -222,11 +219,10 @@ def test_postings_are_read_from_their_covering_key_and_an_older_key_is_rebuilt(l
     with loaded.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f"VACUUM {postings}"))  # marks pages all-visible, as autovacuum does after a load
     scope = record_scope(loaded.paths)
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         projection.rows(text("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"))  # a small table
-        table = projection.found.postings
-        packed = pg._packed_entries(table, (table.c.store == scope) & (table.c.term == "releas"))
-        assert "Index Only Scan using projection_postings_pkey" in plan_of(projection, packed)
+        values = {"store": scope, "terms": ["releas"], "lows": [], "highs": [], "total": 1000}
+        assert "Index Only Scan using projection_postings_pkey" in plan_of(projection, statements.OWN, values)
     sqlite, postgres = both(loaded, "deploy release build", SearchOptions(limit=10, mode="lexical"))
     assert sqlite.hits
     assert_same(sqlite, postgres)
@@ -240,13 +236,14 @@ def test_chunks_waiting_for_a_vector_are_counted_from_their_own_index(loaded: Lo
         written = project(conn, scope, [(f"records/{record.id}.md", record)], dimension=dimension,
                           count_tokens=loaded.embedder.token_count)  # fmt: skip
     assert written >= 2
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         assert projection.settings[pj.VECTOR_PENDING] == str(written)
         projection.rows(text("SET LOCAL enable_seqscan = off"))
-        assert "projection_chunks_waiting" in plan_of(projection, pg._opening(projection.found, scope, False))
+        values = {"store": scope, "random_page_cost": "1.1"}
+        assert "projection_chunks_waiting" in plan_of(projection, statements.OPENING, values)
     with loaded.engine.begin() as conn:
         assert fill_vectors(conn, scope, loaded.embedder, dimension=dimension) == (written, 0)
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         assert projection.settings[pj.VECTOR_PENDING] == "0"
 
 
@@ -259,7 +256,7 @@ def test_similarities_and_sentences_agree_whether_read_with_the_rows_or_asked_fo
     with loaded.engine.begin() as conn:  # a chunk of several sentences: it has sentence vectors
         project(conn, scope, [(f"records/{record.id}.md", record)], dimension=dimension,
                 count_tokens=loaded.embedder.token_count, embedder=loaded.embedder)  # fmt: skip
-    reading = partial(pg.reading, loaded.engine, scope, loaded.paths.root, dimension=dimension)
+    reading = partial(pg.reading, loaded.engine, scope, loaded.paths.root)
     with reading() as projection:  # nothing read yet: each answer comes from a statement
         search = projection.vector_search(loaded.embedder)
         assert search is not None
@@ -280,20 +277,20 @@ def test_similarities_and_sentences_agree_whether_read_with_the_rows_or_asked_fo
 
 
 def test_the_vector_search_runs_on_a_second_connection_in_the_readings_snapshot(loaded: Loaded) -> None:
-    scope, dimension = record_scope(loaded.paths), loaded.embedder.dimension
+    scope = record_scope(loaded.paths)
     options = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic"))
     vector = loaded.embedder.embed(["how do we restore the staging database"])[0]
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         search = projection.vector_search(loaded.embedder)
-        assert search is not None and projection.beside is not None
-        [(ours,)] = projection.rows(text("SELECT pg_backend_pid()"))
-        [(beside,)] = projection.beside.rows(text("SELECT pg_backend_pid()"))
-        assert beside != ours
+        assert search is not None and projection.beside is not None and projection.beside.opened is None
         with loaded.engine.begin() as conn:  # another writer removes every record after the snapshot began
             conn.execute(text("DELETE FROM stormbuffer.projection_records WHERE store = :store"), {"store": scope})
-        found = search.nearest(vector, options, 10)
-        assert len(found.chunks) == 10  # the second connection still reads the snapshot
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+        found = search.nearest(vector, options, 10)  # the second connection opens with it, after the removal
+        assert len(found.chunks) == 10  # and still reads the snapshot
+        [(ours,)] = projection.rows(text("SELECT pg_backend_pid()"))
+        [(beside,)] = projection.beside.rows("SELECT pg_backend_pid()")
+        assert beside != ours
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         search = projection.vector_search(loaded.embedder)
         assert search is not None and search.nearest(vector, options, 10).chunks == []
 
@@ -311,8 +308,8 @@ def test_a_read_opens_without_a_ping_and_retries_once_when_the_server_dropped_it
 
 
 def test_a_term_in_half_the_chunks_is_not_read_when_a_rarer_one_matches_and_ranks_the_same(loaded: Loaded) -> None:
-    scope, dimension = record_scope(loaded.paths), loaded.embedder.dimension
-    with pg.reading(loaded.engine, scope, loaded.paths.root, dimension=dimension) as projection:
+    scope = record_scope(loaded.paths)
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         chunks = postings.Stats.of(projection.settings).chunks
         terms = projection.terms
         note, kubernetes = terms.own(["note", "kubernet"])  # every title says "Note", a few chunks "Kubernetes"
@@ -328,3 +325,20 @@ def test_a_term_in_half_the_chunks_is_not_read_when_a_rarer_one_matches_and_rank
             sqlite, postgres = both(loaded, query, SearchOptions(limit=10, mode=mode))
             assert sqlite.hits, query
             assert_same(sqlite, postgres)
+
+
+def test_reads_end_with_a_commit_and_keep_their_prepared_statements(loaded: Loaded) -> None:
+    scope = record_scope(loaded.paths)
+    url = loaded.engine.url.render_as_string(hide_password=False)
+    engine = create_engine(url, pool_size=2, max_overflow=0)  # each connection opens every other read
+    reading = partial(pg.reading, engine, scope, loaded.paths.root)
+    options = effective_options([loaded.paths], SearchOptions(limit=10, mode="hybrid"))
+    try:
+        for query in QUERIES:  # psycopg prepares a statement on its fifth run on a connection
+            assert rank_projections([reading], query, options, embedder=loaded.embedder).hits
+        with reading() as projection:
+            prepared = [sql for (sql,) in projection.rows(text("SELECT statement FROM pg_prepared_statements"))]
+    finally:
+        engine.dispose()
+    assert any("pg_export_snapshot()" in sql for sql in prepared), prepared  # the opening, ready-parsed
+    assert any("projection_terms" in sql for sql in prepared), prepared  # the postings statement

@@ -139,26 +139,29 @@ def _lexical(openers: Sequence[Opener], query: str, options: SearchOptions, reas
 
 def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, embedder: Embedder, wanted: str,
               fallback: str | None) -> Ranking:  # fmt: skip
-    """Hybrid or semantic ranking. A worker thread embeds the query, hands its vector over, and finds
-    the nearest rows of every store's matrix; meanwhile this thread runs the lexical queries and reads
-    their candidates' sentence vectors, then, with the vector, weighs those candidates while the worker
-    is still multiplying (the model, NumPy's products and SQLite all release the GIL). The nearest
-    rows' hits and sentences are read from SQLite last."""
+    """Hybrid or semantic ranking. A worker thread embeds the query while the snapshots open (a database's
+    take round trips), hands its vector over, and finds the nearest rows of every store's matrix;
+    meanwhile this thread runs the lexical queries and reads their candidates' sentence vectors, then,
+    with the vector, weighs those candidates while the worker is still multiplying (the model, NumPy's
+    products and SQLite all release the GIL). The nearest rows' hits and sentences are read last."""
     hybrid = wanted == "hybrid"
     lexical: list[SearchHit] = []
     semantic: list[SearchHit] = []
     without_vectors: set[tuple[str, int]] = set()  # lexical candidates past the vector cap or still waiting
     depth = max(CANDIDATE_RECORDS, options.bounded_limit)
-    with ExitStack() as stack:
-        snapshots = [stack.enter_context(opened()) for opened in openers]
-        current = [snapshot.vector_search(embedder) for snapshot in snapshots]
-        matrices = [matrix for matrix in current if matrix is not None]
-        if len(matrices) < len(snapshots):
-            raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
-        if postings.words(query):
-            embedded: Future[np.ndarray] = Future()
-            pending = _EMBEDDING.submit(_nearest, embedder, query, matrices, options, depth, embedded)
-            try:
+    searched: Future[list[VectorSearch]] = Future()  # the stores' vector searches, once their snapshots are open
+    embedded: Future[np.ndarray] = Future()
+    pending = _EMBEDDING.submit(_nearest, embedder, query, searched, options, depth, embedded) \
+        if postings.words(query) else None  # fmt: skip
+    try:
+        with ExitStack() as stack:
+            snapshots = [stack.enter_context(opened()) for opened in openers]
+            current = [snapshot.vector_search(embedder) for snapshot in snapshots]
+            matrices = [matrix for matrix in current if matrix is not None]
+            if len(matrices) < len(snapshots):
+                raise _SemanticUnavailable(fallback or "vector_projection_unavailable")
+            searched.set_result(matrices)
+            if pending is not None:
                 chunks = depth * LEXICAL_CHUNKS_PER_RECORD
                 matched = [lexical_hits(snapshot, query, options, chunks) if hybrid else [] for snapshot in snapshots]
                 sentences = [snapshot.sentence_blobs({hit.chunk for hit in own})
@@ -178,8 +181,11 @@ def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, emb
                     without_vectors.update(
                         (hit.record_id, hit.ordinal) for hit in own if hit.chunk not in weighed_chunks
                     )
-            finally:
-                pending.cancel()
+    finally:
+        if not searched.done():  # no search after all: the worker ends with the query's vector
+            searched.set_result([])
+        if pending is not None:
+            pending.cancel()
     lexical.sort(key=by_score)
     semantic.sort(key=by_score)
     limit = options.bounded_limit
@@ -193,17 +199,18 @@ def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, emb
                    embedder.model_version)  # fmt: skip
 
 
-def _nearest(embedder: Embedder, query: str, matrices: list[VectorSearch], options: SearchOptions, depth: int,
-             embedded: Future[np.ndarray]) -> list[Nearest]:  # fmt: skip
+def _nearest(embedder: Embedder, query: str, searched: Future[list[VectorSearch]], options: SearchOptions,
+             depth: int, embedded: Future[np.ndarray]) -> list[Nearest]:  # fmt: skip
     """The query's vector (a recent query's is reused), handed over through `embedded` as soon as it is
-    known, then its nearest rows in each store's vectors (this runs on the worker thread)."""
+    known, then its nearest rows in the vectors of each store `searched` gives (this runs on the worker
+    thread)."""
     try:
         vector = _RECENT.get(embedder, query, partial(_embed_query, embedder, query))
     except BaseException as exc:
         embedded.set_exception(exc)
         raise
     embedded.set_result(vector)
-    return [matrix.nearest(vector, options, depth) for matrix in matrices]
+    return [matrix.nearest(vector, options, depth) for matrix in searched.result()]
 
 
 def _embed_query(embedder: Embedder, query: str) -> np.ndarray:
