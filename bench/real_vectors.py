@@ -45,15 +45,12 @@ LONGMEMEVAL = "longmemeval/longmemeval_s.subset100.seed0.json.gz"
 
 
 def embedder() -> Embedder:
-    """The store's own embedder (the default model), acquired into the benchmark cache, running
-    every bulk batch on all cores as a store's bulk load does."""
+    """The store's own embedder (the default model), acquired into the benchmark cache; a bulk call
+    runs its batches on every core, as a store's bulk load does."""
     from stormbuffer.embedding import acquire_model, load_embedder
-    from stormbuffer.embedding.sessions import bulk_workers
 
     acquire_model(CACHE)
-    model = load_embedder(CACHE)
-    model.workers = bulk_workers()
-    return model
+    return load_embedder(CACHE)
 
 
 def corpus_texts(data: Path, count_tokens: Any) -> list[str]:
@@ -155,9 +152,10 @@ def load(count: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     import numpy as np
 
     folders = sorted((CACHE / "real-vectors").glob("*/manifest.json"))
-    if not folders:
-        raise SystemExit(f"no real vectors cached under {CACHE}; run python bench/real_vectors.py first")
-    folder = folders[-1].parent
+    if len(folders) != 1:
+        raise SystemExit(f"{len(folders)} models' vectors cached under {CACHE / 'real-vectors'}, not one; run "
+                         "python bench/real_vectors.py, and remove the folders of other models")  # fmt: skip
+    folder = folders[0].parent
     parts: list[np.ndarray] = []
     held = 0
     for shard in sorted(folder.glob("vectors-[0-9]*.npy")):
