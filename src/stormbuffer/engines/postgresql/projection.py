@@ -363,7 +363,7 @@ class Beside:
 
 
 # The fewest candidates a search through the HNSW index considers: on the real model's vectors of real
-# text (50,000), 40 found 0.956 of the exact 10, 100 found 0.989 for 2 ms more (docs/postgresql.md,
+# text (100,000), 40 found 0.968 of the exact 10, 100 found 0.989 for 1 ms more (docs/postgresql.md,
 # "Why the HNSW recall falls").
 MIN_EF_SEARCH = 100
 
