@@ -3,6 +3,8 @@ side's) leaves every answer as it was computed in full."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,10 +15,10 @@ from stormbuffer.core.stores import StorePaths
 from stormbuffer.embedding import Embedder
 from stormbuffer.engines import projection as engine
 from stormbuffer.index.sync import sync_store
-from stormbuffer.retrieval import ContextOptions, SearchOptions, context, search
+from stormbuffer.retrieval import ContextOptions, SearchOptions, context, ready_for_retrieval, search
 from stormbuffer.retrieval.lexical import lexical_hits
 from stormbuffer.retrieval.query_vectors import QueryVectors
-from stormbuffer.retrieval.search import effective_options
+from stormbuffer.retrieval.search import effective_options, embed_ahead
 from stormbuffer.retrieval.semantic import vector_hits
 from tests.retrieval.test_hybrid import FailingEmbedder
 from tests.stores import make_store, write_record
@@ -114,3 +116,59 @@ def test_budgets_and_limits_give_the_same_blocks_warm_as_cold(store: StorePaths,
                        for n in range(3)]  # fmt: skip
             blocks = [[block.to_json() for block in answer.blocks] for answer in answers]
             assert blocks[0] == blocks[1] == blocks[2]
+
+
+def test_a_query_being_embedded_is_embedded_once_for_every_caller() -> None:
+    kept, owner, made = QueryVectors(size=2), object(), []
+    started, release = threading.Event(), threading.Event()
+
+    def slow(text: str) -> np.ndarray:
+        made.append(text)
+        started.set()
+        release.wait(10)
+        return np.ones(4, dtype=np.float32)
+
+    got: list[np.ndarray] = []
+    first = threading.Thread(target=lambda: got.append(kept.get(owner, "q", lambda: slow("q"))))  # type: ignore[arg-type]
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: got.append(kept.get(owner, "q", lambda: slow("again"))))  # type: ignore[arg-type]
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waiting for the first caller's vector, not embedding it again
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert made == ["q"] and len(got) == 2 and got[0] is got[1]
+
+    def failing() -> np.ndarray:
+        raise RuntimeError("model failed")
+
+    with pytest.raises(RuntimeError):
+        kept.get(owner, "bad", failing)  # type: ignore[arg-type]
+    assert kept.get(owner, "bad", lambda: np.zeros(4, dtype=np.float32)).tolist() == [0.0] * 4  # type: ignore[arg-type]
+
+
+def test_a_query_embedded_while_the_store_is_readied_is_the_one_the_search_uses(
+    store: StorePaths, embedder: Embedder
+) -> None:
+    query = "who restores the snapshots each quarter"
+    options = ContextOptions(512, SearchOptions(limit=5))
+    cold = context([store], query, options, embedder=CountingEmbedder(embedder)).to_json()  # type: ignore[arg-type]
+    counting = CountingEmbedder(embedder)
+    ready = ready_for_retrieval([store], lambda: (counting, None),  # type: ignore[arg-type, return-value]
+                                opened=lambda opened: embed_ahead(opened, query, options.search))  # fmt: skip
+    assert ready.embedder is counting
+    deadline = time.monotonic() + 30
+    while not counting.embedded and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counting.embedded == [query]  # embedded before any search asked for it
+    warm = context([store], query, options, embedder=counting).to_json()  # type: ignore[arg-type]
+    assert counting.embedded == [query]  # the search took that vector
+    assert warm["blocks"] == cold["blocks"] and warm["blocks"]
+
+    lexical = CountingEmbedder(embedder)
+    ready_for_retrieval([store], lambda: (lexical, None),  # type: ignore[arg-type, return-value]
+                        opened=lambda opened: embed_ahead(opened, query, SearchOptions(mode="lexical")))  # fmt: skip
+    search([store], query, SearchOptions(mode="lexical"), embedder=lexical)  # type: ignore[arg-type]
+    assert lexical.embedded == []  # a lexical search embeds nothing, ahead or not

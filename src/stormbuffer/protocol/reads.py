@@ -40,16 +40,24 @@ def composed_stores(session: Session, scopes: list[str]) -> list[StorePaths]:
 
 
 def prepare_retrieval(
-    session: Session, stores: list[StorePaths], *, records_only: bool = False
+    session: Session,
+    stores: list[StorePaths],
+    *,
+    records_only: bool = False,
+    search: tuple[str, SearchOptions] | None = None,
 ) -> tuple[Embedder | None, str | None, list[dict[str, str]]]:
     """The embedder (or None), the semantic fallback reason and the invalid record files left out
     (`{"store", "path"}`, the path inside the store), with every store ready for retrieval
     (`records_only`: synced, without opening the model). A one-shot process embeds at most a small
-    batch (see `ready_for_retrieval`)."""
+    batch (see `ready_for_retrieval`). `search`, the query and options of the search about to be
+    made: its query is embedded while the stores are readied."""
     from stormbuffer.retrieval import ready_for_retrieval
+    from stormbuffer.retrieval.search import embed_ahead
 
     open_model = None if records_only else session.embedder.get
-    ready = ready_for_retrieval(stores, open_model, session.freshness, bounded=session.freshness is None)
+    opened = None if search is None else (lambda embedder: embed_ahead(embedder, *search))
+    ready = ready_for_retrieval(stores, open_model, session.freshness, bounded=session.freshness is None,
+                                opened=opened)  # fmt: skip
     invalid = [{"store": paths.kind, "path": f"records/{name}"} for paths, name, _reason in ready.invalid_files]
     return ready.embedder, ready.fallback, invalid
 
@@ -97,7 +105,7 @@ def search(request: Mapping[str, Any], session: Session) -> list[dict[str, Any]]
     from stormbuffer.retrieval import search as ranked
 
     query, options, stores = _retrieval_inputs(request, session)
-    embedder, reason, _invalid = prepare_retrieval(session, stores)
+    embedder, reason, _invalid = prepare_retrieval(session, stores, search=(query, options))
     hits = ranked(stores, query, options, embedder=embedder, fallback=reason)
     return [hit.to_json() for hit in hits]
 
@@ -109,7 +117,7 @@ def context(request: Mapping[str, Any], session: Session) -> dict[str, Any]:
 
     query, options, stores = _retrieval_inputs(request, session)
     budget = fields.clamped(request, "budget", fields.DEFAULT_BUDGET, fields.MAX_BUDGET)  # clamped, never refused
-    embedder, reason, invalid = prepare_retrieval(session, stores)
+    embedder, reason, invalid = prepare_retrieval(session, stores, search=(query, options))
     result = compile_context(stores, query, ContextOptions(budget, options), embedder=embedder, fallback=reason)
     answer = result.to_json()
     if invalid:

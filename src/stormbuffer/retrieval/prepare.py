@@ -56,13 +56,18 @@ def ready_for_retrieval(
     *,
     bounded: bool = True,
     progress: Progress | None = None,
+    opened: Callable[[Embedder], None] | None = None,
 ) -> Readiness:
-    """Sync every store, and given `open_model` its vectors too (see the module's docstring).
+    """Sync every store, and given `open_model` its vectors too (see the module's docstring);
+    `opened` is given the embedder as soon as the model is open (a search starts its query's
+    embedding there, so that it runs while the stores are readied).
 
     A store whose projection another writer holds is read as it is: the fallback becomes
     `vector_projection_busy` (reported only if its vectors turn out to be stale). A failed vector
     refresh gives `embedding_execution_failed`.
     """
+    if open_model is not None and opened is not None:
+        open_model = _telling(open_model, opened)
     ready = Readiness()
     in_database = [paths for paths in stores if database_variable(paths) is not None]
     if in_database:  # their projection moves with every write: only vectors may be waiting
@@ -95,6 +100,18 @@ def ready_for_retrieval(
         _each(ready, stale, lambda paths: refresh_vectors(paths, embedder, limit=limit, progress=progress))
     ready.fallback = ready.fallback or reason
     return ready
+
+
+def _telling(open_model: ModelOpener, opened: Callable[[Embedder], None]) -> ModelOpener:
+    """`open_model`, handing the embedder it opens to `opened` before returning it."""
+
+    def opening() -> tuple[Embedder | None, str | None]:
+        embedder, reason = open_model()
+        if embedder is not None:
+            opened(embedder)
+        return embedder, reason
+
+    return opening
 
 
 def _embed_deferred(paths: StorePaths, embedder: Embedder, freshness: FreshnessRegistry) -> SyncReport:

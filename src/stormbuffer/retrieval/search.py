@@ -199,6 +199,14 @@ def _semantic(openers: Sequence[Opener], query: str, options: SearchOptions, emb
                    embedder.model_version)  # fmt: skip
 
 
+def embed_ahead(embedder: Embedder, query: str, options: SearchOptions) -> None:
+    """Start embedding `query` on the search's worker threads, for a search about to be made with
+    `options` (nothing for a lexical one, or a query without words): the search then takes the vector
+    from `_RECENT` instead of embedding it after the stores are ready."""
+    if options.mode != "lexical" and postings.words(query):
+        _EMBEDDING.submit(_RECENT.get, embedder, query, partial(_embed_query, embedder, query))
+
+
 def _nearest(embedder: Embedder, query: str, searched: Future[list[VectorSearch]], options: SearchOptions,
              depth: int, embedded: Future[np.ndarray]) -> list[Nearest]:  # fmt: skip
     """The query's vector (a recent query's is reused), handed over through `embedded` as soon as it is

@@ -59,8 +59,8 @@ def _search(
 
     session = store.session
     stores = retrieval_stores(session.view, session.selected, session.dirs)
-    embedder, reason, invalid = prepare_retrieval(session, stores)
     options = effective_options(stores, SearchOptions(limit=limit, include_inactive=include_all, access=access))
+    embedder, reason, invalid = prepare_retrieval(session, stores, search=(query, options))
     ranking = rank(stores, query, options, embedder=embedder, fallback=reason)
     hits = [hit.to_json() for hit in ranking.hits[: options.bounded_limit]]
     return hits, ranking.mode, ranking.semantic_fallback, len(invalid)
