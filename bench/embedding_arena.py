@@ -109,6 +109,13 @@ def alternating(settings: Sequence[str], rounds: int, run: Callable[[str], dict[
             for setting, measured in runs.items()}  # fmt: skip
 
 
+def prepared(options: argparse.Namespace) -> tuple[list[str], float]:
+    """`--queries` queries and `sbuf --version`'s time, once the model cache of `--cache-dir` is found."""
+    if not (options.cache_dir / "models").is_dir():
+        raise SystemExit(f"no model cache at {options.cache_dir}: run bench/team_server.py first, or pass --cache-dir")
+    return [QUERIES[n % len(QUERIES)] for n in range(options.queries)], version_s()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=200)
@@ -116,10 +123,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     options = parser.parse_args()
-    if not (options.cache_dir / "models").is_dir():
-        raise SystemExit(f"no model cache at {options.cache_dir}: run bench/team_server.py first, or pass --cache-dir")
-    queries = [QUERIES[n % len(QUERIES)] for n in range(options.queries)]
-    version = version_s()
+    queries, version = prepared(options)
     found = alternating(
         SETTINGS, options.rounds, lambda setting: run(setting, options.cache_dir, queries, options.long)
     )

@@ -26,8 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import QUERIES  # noqa: E402
-from embedding_arena import DEFAULT_CACHE, alternating, version_s  # noqa: E402
+from embedding_arena import DEFAULT_CACHE, alternating, prepared  # noqa: E402
 from machine import save  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worker_bounds.json"
@@ -84,10 +83,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     options = parser.parse_args()
-    if not (options.cache_dir / "models").is_dir():
-        raise SystemExit(f"no model cache at {options.cache_dir}: run bench/team_server.py first, or pass --cache-dir")
-    queries = [QUERIES[n % len(QUERIES)] for n in range(options.queries)]
-    version = version_s()
+    queries, version = prepared(options)
     found = alternating(
         SETTINGS, options.rounds, lambda setting: run(setting, options.cache_dir, queries, options.writes, options.long)
     )
