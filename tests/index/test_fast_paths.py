@@ -94,8 +94,14 @@ def test_pieces_are_those_cut_line_by_line(text: str, max_words: int) -> None:
     assert list(chunking._split_by_words(text, max_words)) == list(split_line_by_line(text, max_words))
 
 
+ASCII_PIECES = [piece for piece in PIECES if piece.isascii()] + ["\x0c", "\x1f", "\x7f", "a\x1db"]
+ASCII_TEXT = st.lists(st.sampled_from(ASCII_PIECES), max_size=80).map("".join) | st.text(
+    alphabet=st.characters(max_codepoint=127), max_size=120
+)
+
+
 @settings(max_examples=400, deadline=None)
-@given(TEXT)
+@given(TEXT | ASCII_TEXT)
 def test_words_per_line_counted_at_once_are_those_counted_line_by_line(text: str) -> None:
     starts, counts = chunking._line_words_at_once(text)
     lines = text.split("\n")
@@ -103,7 +109,8 @@ def test_words_per_line_counted_at_once_are_those_counted_line_by_line(text: str
     assert [text[start : end - 1] for start, end in zip(starts, starts[1:], strict=False)] == lines
 
 
-def test_the_whitespace_table_is_str_isspace() -> None:
+def test_the_whitespace_tables_are_str_isspace() -> None:
+    assert list(chunking._ASCII_WHITESPACE[:128]) == [chr(code).isspace() for code in range(128)]
     table = chunking._whitespace_table()
     assert table.tolist()[:-1] == [chr(code).isspace() for code in range(chunking._LAST_SPACE + 1)]
     above = range(chunking._LAST_SPACE + 1, sys.maxunicode + 1)

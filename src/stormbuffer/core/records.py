@@ -151,7 +151,7 @@ def validate(record: Record, context: str = "record") -> None:
             value = getattr(source, name)
             if value is not None and (problem := text_problem(value)) is not None:
                 fail(f"sources[{index}].{name}", problem)
-    if not record.body.strip():
+    if not record.body or record.body.isspace():  # not `strip()`: no copy of a large body
         fail("body", "must contain non-whitespace text")
     if "\x00" in record.body:
         fail("body", "must not contain NUL characters")

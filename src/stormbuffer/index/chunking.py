@@ -382,6 +382,7 @@ def _split_by_words(text: str, max_words: int) -> Iterator[tuple[str, int]]:
 
 _COUNTED_AT_ONCE = 65_536  # characters from which words per line are counted with NumPy
 _LAST_SPACE = 0x3000  # the highest code point that `str.isspace` holds for
+_ASCII_WHITESPACE = bytes(chr(code).isspace() for code in range(256))  # 1 for whitespace, else 0
 
 
 def _line_words(text: str) -> tuple[list[int], list[int]]:
@@ -399,11 +400,12 @@ def _line_words_at_once(text: str) -> tuple[list[int], list[int]]:
     first character and the next line's."""
     import numpy as np
 
-    table = _whitespace_table()
-    if text.isascii():
-        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        space = table[codes]
+    if text.isascii():  # one byte per character: whitespace flagged by `bytes.translate`
+        data = text.encode("ascii")
+        codes = np.frombuffer(data, dtype=np.uint8)
+        space = np.frombuffer(data.translate(_ASCII_WHITESPACE), dtype=np.bool_)
     else:
+        table = _whitespace_table()
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         space = table[np.minimum(codes, table.size - 1)]
     begins = ~space

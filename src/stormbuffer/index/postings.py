@@ -309,7 +309,9 @@ class _Accumulator:
     `packed` joins a term's groups."""
 
     FOLD = 1 << 20  # entries gathered before they are grouped
-    BATCH_CHARS = 1 << 22  # characters of retrieval text counted at once
+    # Characters of retrieval text counted at once: a batch's arrays (a few bytes per character) stay
+    # within a few megabytes, reused by the next batch instead of mapped and faulted in anew.
+    BATCH_CHARS = 1 << 18
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}  # term → its number
