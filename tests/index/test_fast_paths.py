@@ -101,9 +101,11 @@ ASCII_TEXT = st.lists(st.sampled_from(ASCII_PIECES), max_size=80).map("".join) |
 
 
 @settings(max_examples=400, deadline=None)
-@given(TEXT | ASCII_TEXT)
-def test_words_per_line_counted_at_once_are_those_counted_line_by_line(text: str) -> None:
-    starts, counts = chunking._line_words_at_once(text)
+@given(TEXT | ASCII_TEXT, st.integers(min_value=1, max_value=150))
+def test_words_per_line_counted_at_once_are_those_counted_line_by_line(text: str, block: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_BLOCK_CHARS", block)  # many blocks of lines, or one
+        starts, counts = chunking._line_words_at_once(text)
     lines = text.split("\n")
     assert counts == [len(line.split()) for line in lines]
     assert [text[start : end - 1] for start, end in zip(starts, starts[1:], strict=False)] == lines

@@ -335,11 +335,12 @@ def find_match(existing: list[StoredRecord], record: Record, exclude: set[str]) 
 
     Records whose id is in `exclude` are skipped.
     """
-    title, body = normalize(record.title), normalize(record.body)
+    title = normalize(record.title)
     for item in existing:
         other = item.record
         if other.id in exclude or other.status not in MATCHING:
             continue
         if other.scope == record.scope and other.kind == record.kind and normalize(other.title) == title:
-            return ("duplicate" if normalize(other.body) == body else "overlap", other)
+            # The bodies are normalized only now: a large body is not copied when no title matches.
+            return ("duplicate" if normalize(other.body) == normalize(record.body) else "overlap", other)
     return None

@@ -381,6 +381,7 @@ def _split_by_words(text: str, max_words: int) -> Iterator[tuple[str, int]]:
 
 
 _COUNTED_AT_ONCE = 65_536  # characters from which words per line are counted with NumPy
+_BLOCK_CHARS = 1 << 18  # characters of a large text whose words per line are counted at once
 _LAST_SPACE = 0x3000  # the highest code point that `str.isspace` holds for
 _ASCII_WHITESPACE = bytes(chr(code).isspace() for code in range(256))  # 1 for whitespace, else 0
 
@@ -395,9 +396,28 @@ def _line_words(text: str) -> tuple[list[int], list[int]]:
 
 
 def _line_words_at_once(text: str) -> tuple[list[int], list[int]]:
-    """`_line_words` over the text's code points as one array: a word starts at each character that
-    is not whitespace (``str.isspace``) after one that is, and a line holds the starts between its
-    first character and the next line's."""
+    """`_line_words` over the text's code points as arrays, a block of lines of about
+    `_BLOCK_CHARS` characters at a time (the arrays of a large text stay small and their memory is
+    reused): a word starts at each character that is not whitespace (``str.isspace``) after one that
+    is, and a line holds the starts between its first character and the next line's."""
+    import numpy as np
+
+    starts: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    first = 0
+    while True:  # each block ends before a line break (no word crosses one) or at the end of the text
+        cut = text.find("\n", first + _BLOCK_CHARS) if first + _BLOCK_CHARS < len(text) else -1
+        block_starts, block_counts = _block_line_words(text[first:] if cut < 0 else text[first:cut])
+        block_starts += first
+        starts.append(block_starts if cut < 0 else block_starts[:-1])  # the last: where the next block starts
+        counts.append(block_counts)
+        if cut < 0:
+            return np.concatenate(starts).tolist(), np.concatenate(counts).tolist()
+        first = cut + 1
+
+
+def _block_line_words(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """`_line_words` of one block, as arrays."""
     import numpy as np
 
     if text.isascii():  # one byte per character: whitespace flagged by `bytes.translate`
@@ -412,7 +432,7 @@ def _line_words_at_once(text: str) -> tuple[list[int], list[int]]:
     begins[1:] &= space[:-1]
     starts = np.concatenate(([0], np.flatnonzero(codes == ord("\n")) + 1, [codes.size + 1]))
     counts = np.diff(np.searchsorted(np.flatnonzero(begins), starts[:-1]), append=int(begins.sum()))
-    return starts.tolist(), counts.tolist()
+    return starts, counts
 
 
 @cache
