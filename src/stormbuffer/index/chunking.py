@@ -78,7 +78,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LETTERS_OR_SYMBOL = re.compile(r"[A-Za-z]+|\S")
 # The start of a line that may be markup: blank, or (after indentation) a fence, "#" or a list marker.
 # Every other line is plain text, whatever the state (a line in a fence or a list item is appended too).
-_MARKUP_START = r"[^\S\n]*(?:$|```|~~~|#|(?:[-*+]|[0-9]+[.)])[ \t])"
+# The quantifiers are possessive: giving back a space or a digit never lets an alternative match, and
+# a log's lines that start with digits are passed over without trying each shorter run.
+_MARKUP_START = r"[^\S\n]*+(?:$|```|~~~|#|(?:[-*+]|[0-9]++[.)])[ \t])"
 _MARKUP_FIRST_LINE = re.compile(_MARKUP_START, re.MULTILINE)
 _MARKUP_LINE = re.compile("\n" + _MARKUP_START, re.MULTILINE)  # a later line, found by its line break
 
