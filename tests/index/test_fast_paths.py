@@ -135,6 +135,27 @@ def test_a_long_body_chunks_alike_either_way_of_counting_words(body: str, max_wo
     assert at_once == chunks()
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TEXT, min_size=1, max_size=30).map("\n".join), st.integers(min_value=4, max_value=40),
+       st.floats(min_value=0.0, max_value=3.0), st.none() | st.integers(min_value=1, max_value=5))  # fmt: skip
+def test_pieces_fitted_to_tokens_do_not_depend_on_where_the_search_starts(
+    text: str, limit: int, share: float, most: int | None
+) -> None:
+    """The first piece's search may start from a guess (the part of the text a piece takes); the
+    pieces are those found from one span, the search's plain start."""
+
+    def fits(piece: str) -> bool:
+        return approximate_token_count(piece) <= limit
+
+    try:
+        plain = chunking._split_to_fit(text, fits, most)
+    except ValueError:  # one character over the limit: either way
+        with pytest.raises(ValueError):
+            chunking._split_to_fit(text, fits, most, share)
+        return
+    assert chunking._split_to_fit(text, fits, most, share) == plain
+
+
 def terms_word_by_word(retrieval_text: str) -> tuple[Counter[str], int]:
     """A retrieval text's weighted term counts and length, one word at a time."""
     stem = Stemmer.Stemmer("english").stemWord

@@ -465,6 +465,10 @@ class _TokenBudget:
             self._counts[text] = self._count_tokens(text)
         return self._counts[text]
 
+    def counted(self, text: str) -> int | None:
+        """The text's count when it was counted, else None."""
+        return self._counts.get(text)
+
     def fits(self, text: str, limit: int | None = None) -> bool:
         limit = self.max_tokens if limit is None else limit
         if len(text) > _WORDS_FIRST * limit and len(text.split()) + 2 > limit:
@@ -485,7 +489,9 @@ def _fit_chunk(
     if budget.fits(embed_text):
         return [(text, embed_text)], len(text)
     prefix = _fitted_prefix(title, heading, budget)
-    pieces, rest = _split_to_fit(text, lambda piece: budget.fits(prefix + piece), most)
+    counted = budget.counted(embed_text)  # None when its words alone ruled it out
+    share = 0.0 if not counted else budget.max_tokens / counted  # about the part of the text one piece takes
+    pieces, rest = _split_to_fit(text, lambda piece: budget.fits(prefix + piece), most, share)
     return [(piece, prefix + piece) for piece in pieces], rest
 
 
@@ -534,13 +540,17 @@ def _longest_fit(limit: int, fits: Callable[[int], bool], guess: int = 1) -> int
     return good
 
 
-def _split_to_fit(text: str, fits: Callable[[str], bool], most: int | None = None) -> tuple[list[str], int]:
+def _split_to_fit(
+    text: str, fits: Callable[[str], bool], most: int | None = None, share: float = 0.0
+) -> tuple[list[str], int]:
     """Verbatim slices of ``text`` covering all its non-whitespace, each accepted by ``fits``; with
     ``most``, only that many, and the offset where the text they leave begins.
 
     Works on spans: non-blank lines at first; a span that does not fit on its own is replaced by
     its words, and a single word by consecutive slices that fit. Each piece takes as many
     consecutive spans as fit. Spans are kept in reverse order so that the next one is at the end.
+    ``share``: about the part of the text one piece takes (from its token count), which the search
+    for the first piece starts from; the pieces do not depend on it.
     """
     spans: list[tuple[int, int]] = []
     offset = 0
@@ -550,7 +560,7 @@ def _split_to_fit(text: str, fits: Callable[[str], bool], most: int | None = Non
         offset += len(line) + 1
     spans.reverse()
     pieces: list[str] = []
-    guess = 1  # pieces tend to take as many spans as the previous one
+    guess = max(1, int(len(spans) * share))  # later pieces tend to take as many spans as the previous one
     while spans and (most is None or len(pieces) < most):
         count = _longest_fit(len(spans), lambda n: fits(text[spans[-1][0] : spans[-n][1]]), guess)
         if count == 0:
