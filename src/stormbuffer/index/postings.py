@@ -311,7 +311,7 @@ class _Accumulator:
     FOLD = 1 << 20  # entries gathered before they are grouped
     # Characters of retrieval text counted at once: a batch's arrays (a few bytes per character) stay
     # within a few megabytes, reused by the next batch instead of mapped and faulted in anew.
-    BATCH_CHARS = 1 << 18
+    BATCH_CHARS = 1 << 19
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}  # term → its number
