@@ -406,7 +406,8 @@ class PgVectorSearch:
     def nearest(self, query_vector: np.ndarray, options: SearchOptions, records: int) -> Nearest:
         """In one statement (`statements.nearest`): the `take` nearest chunks (exactly, or through the index
         and then ordered exactly), the nearest of each record among them, and the rows of the best `records`
-        of those (kept for `chunk_rows`); `take` grows while fewer records than wanted come of it."""
+        of those that pass the filters (kept for `chunk_rows`); `take` grows while fewer records than wanted
+        pass and the store holds more chunks."""
         from pgvector import Vector
 
         projection = self.projection
@@ -417,8 +418,9 @@ class PgVectorSearch:
         take = records * 4
         while True:
             settings = hnsw_settings(take) if projection.indexed else ""
-            found = projection.beside.rows(sql, {**values, "take": take}, settings=settings)
-            if len(found) >= records or not found or found[0][-1] < take:
+            read = projection.beside.rows(sql, {**values, "take": take}, settings=settings)
+            found = [row for row in read if row[0] is not None]
+            if len(found) >= records or read[0][-1] < take:  # enough records, or every chunk was found
                 for row in found:
                     projection.sentences[row[0]] = row[13]
                 projection.nearest_rows = (options, {row[0]: row[:13] for row in found})
