@@ -120,7 +120,9 @@ def nearest(access: bool, kinds: bool, indexed: bool) -> str:
 
     The records are looked up after the search, for the nearest of each record in distance order until
     `records` pass: a filter inside the search looked up the record of every chunk found (four times
-    `records`, then again for the rows kept). Records pass or fail as a whole, so every record that the
+    `records`, then again for the rows kept). `OFFSET 0` keeps that order's subquery as it is, the outer
+    side of the join, which then stops at the `records`-th record that passes; flattened, the planner
+    looked up every record and sorted after. Records pass or fail as a whole, so every record that the
     search ranks among the best `records` that pass is kept; when fewer pass, `PgVectorSearch.nearest`
     asks for more chunks."""
     order = "distance" if indexed else "distance, c.id"
@@ -131,7 +133,7 @@ WITH near AS (
 ), each AS (
   SELECT DISTINCT ON (record_id) id, record_id, distance FROM near ORDER BY record_id, distance, id
 ), best AS (
-  SELECT each.id, each.distance, {_record("r")} FROM each
+  SELECT each.id, each.distance, {_record("r")} FROM (SELECT * FROM each ORDER BY distance, id OFFSET 0) AS each
   JOIN {_RECORDS} AS r ON r.store = %(store)s AND r.id = each.record_id
   WHERE {_filters(access, kinds)} ORDER BY each.distance, each.id LIMIT %(records)s
 )
