@@ -295,6 +295,32 @@ def test_the_vector_search_runs_on_a_second_connection_in_the_readings_snapshot(
         assert search is not None and search.nearest(vector, options, 10).chunks == []
 
 
+def test_the_vector_search_reads_further_until_enough_records_pass_its_filters(loaded: Loaded) -> None:
+    scope = record_scope(loaded.paths)
+    vector = loaded.embedder.embed(["how do we restore the staging database"])[0]
+    checkpoints = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic", kinds=("checkpoint",)))
+    nothing = effective_options([loaded.paths], SearchOptions(limit=10, mode="semantic", kinds=("none",)))
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
+        search = projection.vector_search(loaded.embedder)
+        assert search is not None and projection.beside is not None
+        every = search.nearest(vector, checkpoints, 50)  # 200 chunks: all; the 11 active checkpoints
+        assert len(every.chunks) == 11 and {row[5] for row in projection.nearest_rows[1].values()} == {"checkpoint"}
+        sent: list[int] = []
+        rows = projection.beside.rows
+
+        def counted(sql: str, values: Any = None, *, settings: str = "") -> list[Any]:
+            sent.append(values["take"])
+            return rows(sql, values, settings=settings)
+
+        projection.beside.rows = counted  # type: ignore[method-assign]
+        few = search.nearest(vector, checkpoints, 5)  # the 20 nearest chunks hold fewer than 5 checkpoints
+        assert sent == [20, 80]
+        assert few.chunks == every.chunks[:5] and few.similarities == every.similarities[:5]
+        sent.clear()
+        assert search.nearest(vector, nothing, 5).chunks == []  # none passes: read until every chunk was
+        assert sent[:2] == [20, 80] and len(sent) >= 3
+
+
 def test_a_read_opens_without_a_ping_and_retries_once_when_the_server_dropped_its_connection(loaded: Loaded) -> None:
     query, options = "where do secrets live", SearchOptions(limit=10, mode="hybrid")
     _sqlite, before = both(loaded, query, options)  # the reads' connections are now pooled

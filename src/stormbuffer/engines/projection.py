@@ -76,13 +76,13 @@ def reading(paths: StorePaths) -> AbstractContextManager[Projection]:
     """A read snapshot of the store's projection, from the engine its `store.toml` names; IndexUnavailable
     when a directory store has none (sync first), StoreError when a PostgreSQL store's database cannot
     be used."""
-    from ..core.stores import record_scope
+    from ..core.stores import read_config
 
-    variable = database_variable(paths)
-    if variable is not None:
+    config = read_config(paths) if paths.is_initialized() else None
+    if config is not None and config.database is not None:  # one reading of store.toml tells both
         from .postgresql.projection import reading_store
 
-        return reading_store(paths, record_scope(paths), variable)
+        return reading_store(paths, config.record_scope, config.database)
     from .directory.projection import reading as read_directory
 
     return read_directory(paths)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
@@ -114,16 +115,21 @@ def _telling(open_model: ModelOpener, opened: Callable[[Embedder], None]) -> Mod
     return opening
 
 
-def _embed_deferred(paths: StorePaths, embedder: Embedder, freshness: FreshnessRegistry) -> SyncReport:
-    """A long-running process's read of a PostgreSQL store: up to `READ_EMBED_LIMIT` waiting texts are
-    embedded now; more are all left to the store's backlog thread, started here. A store with nothing
-    waiting costs one statement."""
-    from ..engines.postgresql.projecting import embed_store
-    from ..engines.postgresql.projection import vectors_ready
-    from ..index.sync import SyncReport
+def _embed_deferred(paths: StorePaths, embedder: Embedder, freshness: FreshnessRegistry) -> None:
+    """A long-running process's read of a PostgreSQL store: nothing is sent now. The read's opening learns
+    whether vectors wait (`check_vectors`), and only when some do are up to `READ_EMBED_LIMIT` embedded
+    before the read opens again (`_embed_waiting`), so a store with nothing waiting costs no round trip."""
+    from ..engines.postgresql.projection import VectorCheck, check_vectors
+    from ..index import projection as pj
 
-    if vectors_ready(paths, embedder):
-        return SyncReport()
+    check_vectors(paths, VectorCheck(pj.model_identity(embedder), partial(_embed_waiting, paths, embedder, freshness)))
+
+
+def _embed_waiting(paths: StorePaths, embedder: Embedder, freshness: FreshnessRegistry) -> SyncReport:
+    """Embed up to `READ_EMBED_LIMIT` waiting texts of a PostgreSQL store now; more are all left to the
+    store's backlog thread, started here."""
+    from ..engines.postgresql.projecting import embed_store
+
     report = embed_store(paths, embedder, limit=READ_EMBED_LIMIT, defer=True)
     if report.pending:
         freshness.backlog(paths).start(embedder)

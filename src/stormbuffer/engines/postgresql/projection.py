@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,6 @@ from ...index import projection as pj
 from ..projection import ChunkRow, Nearest
 from . import statements
 from .projecting import VECTOR_MODEL
-from .tables import tables
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,56 +52,57 @@ RANDOM_PAGE_COST = 1.1
 _BACKGROUND = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stormbuffer-pg-snapshot")
 
 
+@dataclass(frozen=True)
+class VectorCheck:
+    """What a read's opening checks in passing (`check_vectors`): that the store's vectors come from the
+    model `model` (its identity) and none waits; when they do not, `embed` is run, between two openings."""
+
+    model: str
+    embed: Callable[[], object]
+
+
+# The stores (by root) whose next read checks their vectors in its opening, in this request's context
+_CHECKS: ContextVar[Mapping[Path, VectorCheck] | None] = ContextVar("stormbuffer_vector_checks", default=None)
+
+
+def check_vectors(paths: StorePaths, check: VectorCheck) -> None:
+    """Have the next read of the PostgreSQL store at `paths` in this context make `check` with its opening,
+    which already learns the store's model and how many chunks wait: a read with nothing waiting then
+    sends no statement of its own to find that out. When something waits, the read ends the snapshot it
+    opened, runs `check.embed` and opens another, which sees the vectors just made."""
+    _CHECKS.set({**(_CHECKS.get() or {}), paths.root: check})
+
+
 @contextmanager
 def reading_store(paths: StorePaths, store: str, variable: str) -> Iterator[PostgresProjection]:
     """`reading` the projection of a PostgreSQL store whose database URL is in the environment variable
-    `variable`; any database failure, during the read too, is a StoreError naming the variable."""
+    `variable` (making the store's `check_vectors` check); any database failure, during the read too, is
+    a StoreError naming the variable."""
     from .database import autocommit_engine_for, database_url, talking_to, up_to_date
 
     url = database_url(variable)
+    checks = _CHECKS.get() or {}
+    check = checks.get(paths.root)
+    if check is not None:
+        _CHECKS.set({root: kept for root, kept in checks.items() if root != paths.root})
     with talking_to(variable):
         up_to_date(url)
-        with reading(autocommit_engine_for(url), store, paths.root) as projection:
+        with reading(autocommit_engine_for(url), store, paths.root, check=check) as projection:
             yield projection
 
 
-def vectors_ready(paths: StorePaths, embedder: Embedder) -> bool:
-    """Whether every chunk of the PostgreSQL store at `paths` that takes a vector has one from `embedder`'s
-    model: one statement in autocommit (no ping, no transaction), which is all a read of a store with
-    nothing waiting costs before its snapshot (`retrieval.prepare`)."""
-    from sqlalchemy import exists, select
-
-    from ...core.stores import read_config
-    from ...embedding import DIMENSION
-    from .database import one_statement
-
-    config = read_config(paths)
-    assert config.database is not None
-    found = tables(DIMENSION)
-    c, kept, store = found.chunks.c, found.settings.c, config.record_scope
-    model, waiting = tuple(one_statement(config.database, select(
-        select(kept.value).where(kept.store == store, kept.key == VECTOR_MODEL).scalar_subquery(),
-        exists().where(c.store == store, c.embedding.is_(None), c.ordinal < _waiting_bound())))[0])  # fmt: skip
-    return bool(model == pj.model_identity(embedder) and not waiting)
-
-
-def _waiting_bound() -> Any:
-    """The bound on a waiting chunk's ordinal written into the statement, as in the partial index's
-    predicate: a bound parameter would leave a generic plan unable to use that index."""
-    from sqlalchemy import literal_column
-
-    from ...index.chunking import VECTOR_CHUNKS
-
-    return literal_column(str(int(VECTOR_CHUNKS)))
-
-
 @contextmanager
-def reading(engine: Engine, store: str, store_root: Path, *, exact: bool = False) -> Iterator[PostgresProjection]:
+def reading(engine: Engine, store: str, store_root: Path, *, exact: bool = False,
+            check: VectorCheck | None = None) -> Iterator[PostgresProjection]:  # fmt: skip
     """A read snapshot of the projection of `store` (its record scope) in `engine`'s database; `exact`
-    searches vectors exactly even where an HNSW index exists."""
+    searches vectors exactly even where an HNSW index exists; `check`: see `check_vectors`."""
     opening = statements.OPENING_EXACT if exact else statements.OPENING
-    conn, transaction, opened = _connected(engine, [], opening,
-                                           {"store": store, "random_page_cost": str(RANDOM_PAGE_COST)})  # fmt: skip
+    values = {"store": store, "random_page_cost": str(RANDOM_PAGE_COST)}
+    conn, transaction, opened = _connected(engine, [], opening, values)
+    if check is not None and not _vectors_current(opened[0], check.model):
+        _BACKGROUND.submit(_finish, conn, transaction)
+        check.embed()
+        conn, transaction, opened = _connected(engine, [], opening, values)
     beside = None
     try:
         [(kept, chunks, terms, pending, indexed, snapshot, _cost)] = opened
@@ -114,6 +115,12 @@ def reading(engine: Engine, store: str, store_root: Path, *, exact: bool = False
         yield projection
     finally:  # nothing was written: the transactions end (and their connections go back) off the reader's path
         _BACKGROUND.submit(_end, conn, transaction, beside)
+
+
+def _vectors_current(opening: Sequence[Any], model: str) -> bool:
+    """Whether the opening's row shows every vector made by the model `model` and none waiting."""
+    kept, pending = opening[0] or {}, opening[3]
+    return bool(kept.get(VECTOR_MODEL) == model and not pending)
 
 
 def _end(conn: Connection, transaction: Any, beside: Beside | None) -> None:
@@ -399,7 +406,8 @@ class PgVectorSearch:
     def nearest(self, query_vector: np.ndarray, options: SearchOptions, records: int) -> Nearest:
         """In one statement (`statements.nearest`): the `take` nearest chunks (exactly, or through the index
         and then ordered exactly), the nearest of each record among them, and the rows of the best `records`
-        of those (kept for `chunk_rows`); `take` grows while fewer records than wanted come of it."""
+        of those that pass the filters (kept for `chunk_rows`); `take` grows while fewer records than wanted
+        pass and the store holds more chunks."""
         from pgvector import Vector
 
         projection = self.projection
@@ -410,8 +418,9 @@ class PgVectorSearch:
         take = records * 4
         while True:
             settings = hnsw_settings(take) if projection.indexed else ""
-            found = projection.beside.rows(sql, {**values, "take": take}, settings=settings)
-            if len(found) >= records or not found or found[0][-1] < take:
+            read = projection.beside.rows(sql, {**values, "take": take}, settings=settings)
+            found = [row for row in read if row[0] is not None]
+            if len(found) >= records or read[0][-1] < take:  # enough records, or every chunk was found
                 for row in found:
                     projection.sentences[row[0]] = row[13]
                 projection.nearest_rows = (options, {row[0]: row[:13] for row in found})

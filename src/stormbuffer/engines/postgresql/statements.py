@@ -67,8 +67,16 @@ WHERE store = %(store)s AND term > %(low)s AND left(term, %(length)s) = %(low)s 
 """
 
 # The columns of a `ChunkRow` (of chunk `c` and its record `r`).
-_ROW = "c.id, c.record_id, c.ordinal, c.text, r.title, r.kind, r.scope, r.status, r.access, r.path, r.aliases, " \
-       "r.sources, r.created_at"  # fmt: skip
+_CHUNK = "c.id, c.record_id, c.ordinal, c.text"
+_RECORD = ("title", "kind", "scope", "status", "access", "path", "aliases", "sources", "created_at")
+
+
+def _record(alias: str) -> str:
+    """The record's columns of a `ChunkRow`, read from `alias`."""
+    return ", ".join(f"{alias}.{column}" for column in _RECORD)
+
+
+_ROW = f"{_CHUNK}, {_record('r')}"
 _JOINED = f"{_CHUNKS} AS c JOIN {_RECORDS} AS r ON r.store = c.store AND r.id = c.record_id"
 
 # Chunk vectors as `vector_send` gives them (the candidates of `PgVectorSearch.similarities`).
@@ -105,22 +113,32 @@ WHERE c.id = ANY(%(chunks)s::int8[]) AND {_filters(access, kinds)}
 
 @cache
 def nearest(access: bool, kinds: bool, indexed: bool) -> str:
-    """The `take` nearest chunks passing the filters (`indexed`: through the HNSW index, ordered by
-    distance alone, as it returns them; else exactly, ties by chunk id), the nearest of each record among
-    them, and the rows of the best `records` of those, each with its sentences' vectors, its distance and
-    how many chunks were found. Only the rows kept are joined for their columns."""
+    """The `take` nearest chunks (`indexed`: through the HNSW index, ordered by distance alone, as it
+    returns them; else exactly, ties by chunk id), the nearest of each record among them, and the rows
+    of the best `records` of those whose record passes the filters, each with its sentences' vectors,
+    its distance and how many chunks were found (one row of NULLs and that count when none passes).
+
+    The records are looked up after the search, for the nearest of each record in distance order until
+    `records` pass: a filter inside the search looked up the record of every chunk found (four times
+    `records`, then again for the rows kept). `OFFSET 0` keeps that order's subquery as it is, the outer
+    side of the join, which then stops at the `records`-th record that passes; flattened, the planner
+    looked up every record and sorted after. Records pass or fail as a whole, so every record that the
+    search ranks among the best `records` that pass is kept; when fewer pass, `PgVectorSearch.nearest`
+    asks for more chunks."""
     order = "distance" if indexed else "distance, c.id"
     return f"""
 WITH near AS (
-  SELECT c.id, c.record_id, c.embedding <=> %(query)s::vector AS distance FROM {_JOINED}
-  WHERE c.store = %(store)s AND c.embedding IS NOT NULL AND {_filters(access, kinds)}
-  ORDER BY {order} LIMIT %(take)s
+  SELECT c.id, c.record_id, c.embedding <=> %(query)s::vector AS distance FROM {_CHUNKS} AS c
+  WHERE c.store = %(store)s AND c.embedding IS NOT NULL ORDER BY {order} LIMIT %(take)s
+), each AS (
+  SELECT DISTINCT ON (record_id) id, record_id, distance FROM near ORDER BY record_id, distance, id
 ), best AS (
-  SELECT id, distance FROM (SELECT DISTINCT ON (record_id) id, record_id, distance FROM near
-                            ORDER BY record_id, distance, id) AS each
-  ORDER BY distance, id LIMIT %(records)s
+  SELECT each.id, each.distance, {_record("r")} FROM (SELECT * FROM each ORDER BY distance, id OFFSET 0) AS each
+  JOIN {_RECORDS} AS r ON r.store = %(store)s AND r.id = each.record_id
+  WHERE {_filters(access, kinds)} ORDER BY each.distance, each.id LIMIT %(records)s
 )
-SELECT {_ROW}, c.sentence_vectors, best.distance, (SELECT count(*) FROM near)
-FROM best JOIN {_CHUNKS} AS c ON c.id = best.id JOIN {_RECORDS} AS r ON r.store = c.store AND r.id = c.record_id
+SELECT {_CHUNK}, {_record("best")}, c.sentence_vectors, best.distance,
+  counted.chunks
+FROM (SELECT count(*) AS chunks FROM near) AS counted LEFT JOIN (best JOIN {_CHUNKS} AS c ON c.id = best.id) ON true
 ORDER BY best.distance, best.id
 """
