@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .cache import TOKENIZER_FILE, installed_model, reading
-from .document_thread import DOCUMENTS, DocumentThread
 from .errors import EmbedderInitError, EmbeddingFailed
 from .manifest import ModelManifest
 from .sessions import bulk_workers, for_workers_set, open_session
 from .tokens import TokenCounter
+from .writer_thread import WRITER, WriterThread
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -46,7 +46,7 @@ class Embedder:
         manifest: ModelManifest,
         graph_file: str,
         workers: int = 1,
-        documents: DocumentThread | None = None,
+        documents: WriterThread | None = None,
     ):
         self.graph_file = graph_file
         self.model_id = manifest.model_id
@@ -271,5 +271,5 @@ def load(cache_dir: Path, variant: str) -> Embedder:
         tokens = TokenCounter.from_json(tokenizer_json)
     except ValueError as exc:
         raise EmbedderInitError("the cached tokenizer is damaged; run `sbuf init` to repair it") from exc
-    documents = DOCUMENTS if for_workers_set() else None  # a worker's writes: one thread, one arena
+    documents = WRITER if for_workers_set() else None  # a worker's document embeddings: one thread, one arena
     return Embedder(session, tokens, manifest, graph_file, workers=bulk_workers(), documents=documents)

@@ -135,7 +135,7 @@ def for_workers() -> None:
     would lack it; the workers are the parallelism), and without the memory arena, which would keep
     in every worker the largest batch that worker ever embedded (bench/embedding_arena.py: a write
     of 16 long chunks left 276 MB with it, 209 MB without, at the same CPU a query). Its embedders
-    run every write's embedding on one thread (`document_thread`)."""
+    run every document embedding on the writer thread (`writer_thread`)."""
     global _for_workers
     _for_workers = True
 

@@ -1,4 +1,4 @@
-"""A team server worker's document embeddings run on its one document thread (`embedding/document_thread.py`),
+"""A team server worker's document embeddings run on its one writer thread (`embedding/writer_thread.py`),
 its queries' on the thread that asks: in a real process with the real model opened as a worker opens it,
 writes from several threads at once give the vectors the model gives on the caller's thread, their
 model passes take the CPU of one other thread, a query's its own; a forked child starts its own."""
@@ -21,7 +21,7 @@ import json, os, sys, threading, time
 from pathlib import Path
 import numpy as np
 from stormbuffer.embedding import load_embedder, sessions
-from stormbuffer.embedding.document_thread import THREAD_NAME
+from stormbuffer.embedding.writer_thread import THREAD_NAME
 
 cache = Path(sys.argv[1])
 words = "the release pipeline checks the magnetar before tuesday deploys. it rolls back on failure. ".split()
@@ -68,7 +68,7 @@ if pid == 0:
     os._exit(0 if same(worker.embed_spans(texts, spans)) else 3)
 forked = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 print(json.dumps({"writes": list(writes.values()), "writes_cpu_s": process_cpu, "query": asked, "forked": forked,
-                  "document_threads": sum(t.name.startswith(THREAD_NAME) for t in threading.enumerate())}))
+                  "writer_threads": sum(t.name.startswith(THREAD_NAME) for t in threading.enumerate())}))
 """
 
 
@@ -78,9 +78,9 @@ def test_writes_embed_on_one_thread_and_queries_where_asked(model_cache: Callabl
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert [write["same"] for write in found["writes"]] == [True] * WRITERS
-    assert found["document_threads"] == 1
+    assert found["writer_threads"] == 1
     # the writing threads only waited: the passes took another thread's CPU
     assert sum(write["own_cpu_s"] for write in found["writes"]) < 0.1 * found["writes_cpu_s"]
     assert found["query"]["same"]
     assert found["query"]["own_cpu_s"] > 0.5 * found["query"]["process_cpu_s"]  # a query's pass ran where asked
-    assert found["forked"] == 0  # the child embedded on a document thread of its own
+    assert found["forked"] == 0  # the child embedded on a writer thread of its own
