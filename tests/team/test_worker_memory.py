@@ -1,6 +1,6 @@
 """A team server worker's memory after writes (`adapters/http/worker_memory.py`): a process that frees
-scattered memory gets it back from the trimming thread, large blocks it frees go back at once, its
-SQLite memory is held under the soft limit, and `sbuf serve --team --workers 2` after a burst of
+scattered memory gets it back from the trimming thread, its threads share a bounded number of malloc
+arenas, its SQLite memory is held under the soft limit, and `sbuf serve --team --workers 2` after a burst of
 large writes keeps each worker within a bound of what it held before, measured from /proc, while the
 written records are recalled."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stormbuffer.adapters.http.worker_memory import SQLITE_SOFT_LIMIT, Trimmer
+from stormbuffer.adapters.http.worker_memory import ARENA_MAX, SQLITE_SOFT_LIMIT, Trimmer
 from tests.http.conftest import TIMEOUT, sandbox_with_stores, start
 
 from .test_server import Team
@@ -56,31 +56,35 @@ def test_freed_scattered_memory_goes_back_to_the_system() -> None:
     assert held_after_freeing(FRAGMENTED, "bounded") <= 64
 
 
-# A process that frees 100 blocks of 1 MB between small ones it keeps, after freeing one block of 8 MB
-# (which raises glibc's own threshold above 1 MB): what it holds beyond where it was before them.
-LARGE = """
-import sys
-from pathlib import Path
-def resident():
-    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+# A process whose 8 threads allocate at once: how many malloc arenas glibc made (`malloc_stats`, on stderr).
+ARENAS = """
+import ctypes, sys, threading
 if sys.argv[1] == "bounded":
-    from stormbuffer.adapters.http.worker_memory import MMAP_THRESHOLD, map_large_blocks
-    assert map_large_blocks(MMAP_THRESHOLD)
-first = b"x" * (8 << 20)
-del first
-start = resident()
-large, small = [], []
-for n in range(100):
-    large.append(bytes([n % 256]) * (1 << 20))
-    small.append(bytes(1000))
-del large
-print((resident() - start) >> 20, len(small))
+    from stormbuffer.adapters.http.worker_memory import ARENA_MAX, limit_arenas
+    assert limit_arenas(ARENA_MAX)
+together = threading.Barrier(8)
+def allocate():
+    blocks = [bytearray(4096) for _ in range(100)]
+    together.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+ctypes.CDLL(None).malloc_stats()
 """
 
 
-def test_freed_large_blocks_go_back_at_once() -> None:
-    assert held_after_freeing(LARGE, "plain") >= 90  # carved from the heap, kept between the small ones
-    assert held_after_freeing(LARGE, "bounded") <= 8
+def arenas_made(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(ARENAS), mode], capture_output=True, text=True,
+                          timeout=TIMEOUT)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+
+
+def test_threads_share_the_bounded_arenas() -> None:
+    assert arenas_made("plain") >= 4  # glibc's own: one per thread that allocates while the others hold theirs
+    assert 1 <= arenas_made("bounded") <= ARENA_MAX
 
 
 def test_sqlite_memory_is_held_under_the_soft_limit() -> None:

@@ -11,8 +11,9 @@ import numpy as np
 from .cache import TOKENIZER_FILE, installed_model, reading
 from .errors import EmbedderInitError, EmbeddingFailed
 from .manifest import ModelManifest
-from .sessions import bulk_workers, open_session
+from .sessions import bulk_workers, for_workers_set, open_session
 from .tokens import TokenCounter
+from .writer_thread import WRITER, WriterThread
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -34,7 +35,8 @@ class Embedder:
 
     `graph_file` names the graph the session runs: the saved optimized graph, or the model file.
     A call of several batches runs `workers` of them at once (the session itself uses few threads,
-    which suits one short query; a bulk load can keep every core busy).
+    which suits one short query; a bulk load can keep every core busy). Given `documents`, every
+    call but a query's (`embed` of one text) runs on that one thread, its batches one after another.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class Embedder:
         manifest: ModelManifest,
         graph_file: str,
         workers: int = 1,
+        documents: WriterThread | None = None,
     ):
         self.graph_file = graph_file
         self.model_id = manifest.model_id
@@ -51,7 +54,8 @@ class Embedder:
         self.model_checksum = manifest.model_checksum
         self.dimension = manifest.dimension
         self.max_tokens = manifest.max_tokens
-        self.workers = workers
+        self.workers = 1 if documents is not None else workers
+        self._documents = documents
         self._session = session
         self._tokens = tokens
         self._inputs = [node.name for node in session.get_inputs()]
@@ -85,6 +89,11 @@ class Embedder:
         Raises ValueError for a non-string or a text longer than `max_tokens` (split it first: nothing
         is truncated), EmbeddingFailed when the model fails.
         """
+        if self._documents is not None and len(texts) > 1:
+            return self._documents.run(self._embed, texts)
+        return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
         ids = self._checked(texts, self._tokens.token_ids(_strings(texts)))
         vectors = np.empty((len(ids), self.dimension), dtype=np.float32)
 
@@ -106,6 +115,12 @@ class Embedder:
         costs no model call of its own. A graph without token states embeds each span's text
         instead; so does a span without tokens (nothing but special characters).
         """
+        if self._documents is not None:
+            return self._documents.run(self._embed_spans, texts, spans)
+        return self._embed_spans(texts, spans)
+
+    def _embed_spans(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
+                     ) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
         if len(spans) != len(texts):
             raise ValueError("embed_spans needs one list of spans per text")
         if self._states is None:
@@ -256,4 +271,5 @@ def load(cache_dir: Path, variant: str) -> Embedder:
         tokens = TokenCounter.from_json(tokenizer_json)
     except ValueError as exc:
         raise EmbedderInitError("the cached tokenizer is damaged; run `sbuf init` to repair it") from exc
-    return Embedder(session, tokens, manifest, graph_file, workers=bulk_workers())
+    documents = WRITER if for_workers_set() else None  # a worker's document embeddings: one thread, one arena
+    return Embedder(session, tokens, manifest, graph_file, workers=bulk_workers(), documents=documents)

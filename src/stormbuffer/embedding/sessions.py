@@ -134,9 +134,15 @@ def for_workers() -> None:
     opens one: with one intra-op thread, onnxruntime starts no thread of its own (a forked child
     would lack it; the workers are the parallelism), and without the memory arena, which would keep
     in every worker the largest batch that worker ever embedded (bench/embedding_arena.py: a write
-    of 16 long chunks left 276 MB with it, 209 MB without, at the same CPU a query)."""
+    of 16 long chunks left 276 MB with it, 209 MB without, at the same CPU a query). Its embedders
+    run every document embedding on the writer thread (`writer_thread`)."""
     global _for_workers
     _for_workers = True
+
+
+def for_workers_set() -> bool:
+    """Whether `for_workers` was called in this process."""
+    return _for_workers
 
 
 def _threads() -> int:

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from stormbuffer.core.errors import MutationBusy
 from stormbuffer.core.repository import Repository
 from stormbuffer.core.stores import PlatformDirs, StorePaths, View, record_scope, resolve_store, retrieval_stores
+from stormbuffer.embedding.writer_thread import WRITER
 from stormbuffer.protocol.session import Session
 
 if TYPE_CHECKING:
@@ -116,8 +117,9 @@ class StoreContext:
         return await anyio.to_thread.run_sync(function, *args, limiter=self._reads)
 
     async def write(self, function: Callable[..., T], *args: object) -> T:
-        """Run `function(*args)` on the writer thread, after the writes before it; MutationBusy when its
-        turn did not come within `write_wait_s`. The store is marked changed for later reads."""
+        """Run `function(*args)` on the writer thread (`embedding.writer_thread`: one arena for every
+        write's large blocks), after the writes before it; MutationBusy when its turn did not come
+        within `write_wait_s`. The store is marked changed for later reads."""
         if self._writes is None:
             self._writes = anyio.CapacityLimiter(1)
         with anyio.move_on_after(self.write_wait_s) as waiting:
@@ -125,7 +127,7 @@ class StoreContext:
         if waiting.cancelled_caught:
             raise MutationBusy()
         try:
-            return await anyio.to_thread.run_sync(function, *args)
+            return await anyio.to_thread.run_sync(WRITER.run, function, *args)
         finally:
             self._writes.release()
             if self.session.freshness is not None:

@@ -4,15 +4,16 @@ A worker that takes writes churns through memory it frees again: SQLite's page c
 may take 64 MiB while a write or a sync reads the projection), the buffers of embedding passes and
 of new vector matrices. glibc keeps what is freed in its arenas, where the next allocation may reuse
 it, and gives back only the top of each heap; scattered among live objects, it stays resident and
-private to the worker. Three bounds keep it down (measured in docs/team.md, "Memory of several workers"):
+private to the worker. Four bounds keep it down (measured in docs/team.md, "Memory of several workers"):
 
 - SQLite's memory is held under `SQLITE_SOFT_LIMIT` for the whole process (`PRAGMA soft_heap_limit`):
   past it, a connection's page cache reuses its own pages instead of growing, so no large write or
   full check leaves 64 MiB of freed cache pages behind;
-- large blocks are mapped on their own (`MMAP_THRESHOLD`, glibc's `M_MMAP_THRESHOLD`) and given back
-  the moment they are freed. glibc's own threshold starts at 128 KiB but rises to the size of each
-  mapped block freed (up to 32 MiB), after which the model's activations and the blocks of a new vector
-  matrix (a few MB each, every write) are carved from whichever thread's arena ran them, and stay there;
+- every write, and every document embedding, runs on the one writer thread
+  (`embedding.writer_thread`), so that their large blocks come from one arena, reused write after write;
+- the other threads (requests, query embeddings) share at most `ARENA_MAX` arenas (glibc's
+  `M_ARENA_MAX`; by default one per thread up to 8 per core), so that what one frees another reuses
+  instead of each keeping its own;
 - a thread (`Trimmer`) watches the worker's resident size and, once it has grown `TRIM_GROWTH` above
   the lowest seen since its last look, asks glibc to give back its free pages (`malloc_trim`, a few
   ms). It runs beside the requests, never on the event loop. Without glibc it does nothing.
@@ -29,16 +30,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 SQLITE_SOFT_LIMIT = 16 << 20  # bytes of SQLite memory (page caches above all) in one worker
-MMAP_THRESHOLD = 256 << 10  # bytes from which a block is mapped on its own, fixed (glibc's rises)
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+ARENA_MAX = 2  # malloc arenas in one worker: the main thread's and one shared by the others
+M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
 TRIM_GROWTH = 8 << 20  # bytes the resident size grows before freed heap pages are given back
 TRIM_POLL_S = 1.0  # how often the trimming thread looks at the resident size
 
 
 def bound_memory() -> None:
-    """In a worker process, once: the SQLite limit and the mapping threshold set, the trimming thread started."""
+    """In a worker process, once, before it starts a thread: the SQLite limit and the arenas' bound
+    set, the trimming thread started."""
     limit_sqlite(SQLITE_SOFT_LIMIT)
-    map_large_blocks(MMAP_THRESHOLD)
+    limit_arenas(ARENA_MAX)
     release = heap_release()
     if release is not None:
         threading.Thread(target=Trimmer(release).run, name="stormbuffer-trim", daemon=True).start()
@@ -50,15 +52,15 @@ def limit_sqlite(limit: int) -> None:
         conn.execute(f"PRAGMA soft_heap_limit = {int(limit)}")
 
 
-def map_large_blocks(threshold: int) -> bool:
-    """Have glibc map every block of `threshold` bytes or more on its own and unmap it when freed,
-    whatever was freed before (`mallopt(M_MMAP_THRESHOLD)`); False under another C library."""
+def limit_arenas(count: int) -> bool:
+    """Have glibc make at most `count` malloc arenas in this process (`mallopt(M_ARENA_MAX)`): a thread
+    started later shares one of them; False under another C library."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, threshold))
+    return bool(mallopt(M_ARENA_MAX, count))
 
 
 def heap_release() -> Callable[[], None] | None:
