@@ -83,6 +83,12 @@ def sentence_records(data: Path) -> list[tuple[str, str]]:
     return ordered
 
 
+def titled(pair: tuple[str, str]) -> tuple[str, str]:
+    """`pair` with its title stripped, as a record's title must be (a title cut at 200 characters may end
+    in a space; the tokenizer reads the same tokens either way)."""
+    return pair[0].strip(), pair[1]
+
+
 def make_short_record(index: int, scope: str, pair: tuple[str, str]) -> Record:
     """Record number `index`: the sentence `pair` (title, body) as an active fact (a pure function)."""
     import uuid
@@ -91,7 +97,7 @@ def make_short_record(index: int, scope: str, pair: tuple[str, str]) -> Record:
     from stormbuffer.core.records import Record, Source
     from stormbuffer.core.timestamps import Timestamp
 
-    title, body = pair
+    title, body = titled(pair)
     now = Timestamp(datetime.fromtimestamp(SECONDS + index, UTC).replace(tzinfo=None), 0, 0)
     source = Source(kind="conversation", reference=f"bench:short:{index}", actor="agent")
     return Record(
@@ -122,7 +128,7 @@ def embed_texts(pairs: list[tuple[str, str]], count_tokens: Any) -> list[str]:
     from stormbuffer.index.chunking import chunk_body
 
     texts = []
-    for title, body in pairs:
+    for title, body in map(titled, pairs):
         chunks = chunk_body(title, body + "\n", count_tokens=count_tokens)
         if len(chunks) != 1:
             raise SystemExit(f"a record of {len(body)} characters made {len(chunks)} chunks, not one")
