@@ -25,13 +25,12 @@ import hashlib
 import json
 import random
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
-from real_vectors import CACHE, LONGMEMEVAL, _save, embedder, model_dir  # noqa: E402
+from real_vectors import CACHE, LONGMEMEVAL, embed_in_shards, embedder, model_dir, one_model  # noqa: E402
 from shared_data import DEFAULT, require  # noqa: E402
 
 if TYPE_CHECKING:
@@ -154,21 +153,11 @@ def embed_all(data: Path, records: int, minutes: float) -> Path:
                                     "vectors_are": "the real model's vectors of each short record's one chunk "
                                                    "(sentences of LongMemEval-S turns and SciFact abstracts)"},
                                    indent=2) + "\n")  # fmt: skip
-    started = time.monotonic()
-    done_now = 0
-    for first in range(0, len(pairs), SHARD):
-        shard = folder / f"vectors-{first // SHARD:05d}.npy"
-        if shard.exists():
-            continue
-        if time.monotonic() - started > 60 * minutes:
-            print(f"stopped after {minutes} minutes at record {first} of {len(pairs)}", file=sys.stderr)
-            break
-        part = pairs[first : first + SHARD]
-        _save(shard, model.embed(embed_texts(part, model.token_count)).astype(np.float32))
-        done_now += len(part)
-        rate = done_now / (time.monotonic() - started)
-        print(f"embedded {first + len(part):,} of {len(pairs):,} records ({rate:.0f} a second, "
-              f"{(len(pairs) - first - len(part)) / rate / 60:.0f} min left)", file=sys.stderr, flush=True)  # fmt: skip
+
+    def embed(part: list[tuple[str, str]]) -> np.ndarray:
+        return model.embed(embed_texts(part, model.token_count)).astype(np.float32)
+
+    embed_in_shards(folder, pairs, SHARD, minutes, embed, "records")
     return folder
 
 
@@ -177,11 +166,7 @@ def cached(count: int, cache: Path = CACHE) -> tuple[list[tuple[str, str]], np.n
     stops with a clear message when fewer are cached."""
     import numpy as np
 
-    manifests = sorted((cache / "short-records").glob("*/manifest.json"))
-    if len(manifests) != 1:
-        raise SystemExit(f"{len(manifests)} models' vectors cached under {cache / 'short-records'}, not one; run "
-                         "python bench/short_records.py")  # fmt: skip
-    folder = manifests[0].parent
+    folder = one_model(cache / "short-records", "bench/short_records.py")
     parts: list[np.ndarray] = []
     for number in range(0, count, SHARD):
         shard = folder / f"vectors-{number // SHARD:05d}.npy"
