@@ -207,6 +207,15 @@ class Batches:
 
     @classmethod
     def build(cls, span: tuple[int, int]) -> dict[str, Any]:
+        """`rows` of the span; an error comes back as a plain RuntimeError, which the pool can always pass
+        on (an exception it cannot unpickle would leave the load waiting forever)."""
+        try:
+            return cls.rows(span)
+        except Exception as exc:
+            raise RuntimeError(f"records {span[0]}..{span[1] - 1}: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def rows(cls, span: tuple[int, int]) -> dict[str, Any]:
         from stormbuffer.core.codec import render_markdown
         from stormbuffer.core.records import normalize
         from stormbuffer.index import postings
