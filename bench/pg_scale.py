@@ -16,6 +16,10 @@ in a rolled-back transaction, and its rows must equal the bulk-loaded ones.
 Vectors (labelled so in the output): the real model embeds `--sample` corpus texts; every chunk and
 sentence gets a unit mix of three of those real vectors chosen and weighted by a hash of its text
 (`WeightedMixes`: distinct texts, distinct vectors). Queries are embedded by the real model.
+With `--short`, the records are instead the first N short records of real sentences of
+bench/short_records.py (one chunk each, no sentence vectors), each chunk with the real model's own
+vector precomputed there, and the queries are held-out real ones (LongMemEval-S questions, SciFact
+test claims); saved as bench/results/pg_scale-short-N.json.
 
 Then, in this process (a long-running one, as the daemon and the MCP server are: one `Session` with
 a warm model and a freshness registry):
@@ -30,7 +34,7 @@ a warm model and a freshness registry):
 `HEARTBEAT` seconds during index builds). Saves bench/results/pg_scale-N.json.
 
 Usage: python bench/pg_scale.py [--records 10000] [--queries 200] [--writes 100] [--sample 256]
-       [--batch 2000] [--hnsw-memory 4GB] [--shared-buffers 1GB]
+       [--batch 2000] [--hnsw-memory 4GB] [--shared-buffers 1GB] [--short [--data ../shared/bench]]
 """
 
 from __future__ import annotations
@@ -58,7 +62,10 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 from corpus import make_record  # noqa: E402
 from hnsw_recall import query_texts, version_seconds  # noqa: E402
 from machine import save  # noqa: E402
+from real_vectors import CACHE  # noqa: E402
+from real_vectors import query_texts as held_out  # noqa: E402
 from scale import ReusedVectors  # noqa: E402
+from shared_data import DEFAULT, require  # noqa: E402
 
 from stormbuffer.engines.postgresql.tables import TERM_COUNTS, TERMS_TABLE  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
@@ -68,6 +75,11 @@ HEARTBEAT = 10.0  # seconds between sign-of-life lines during a long statement
 MIN_FREE_GB = 12  # the load stops (and says so) when the disk holding the database has less free than this
 CHECKED = 25  # records projected again by `projecting.project` to check the bulk rows
 SCHEMA = "stormbuffer"
+SHORT_CACHE = CACHE  # resolved before the run points HOME at its own folder (the workers inherit it as an argument)
+SHORT_VECTORS = (
+    "the real model's own vectors of each short record's one chunk, precomputed (bench/short_records.py); "
+    "queries: held-out LongMemEval-S questions and SciFact test claims, embedded by the real model"
+)
 LOADED = ("records", "projection_records", "projection_chunks", "projection_postings")
 
 
@@ -183,28 +195,40 @@ class Batches:
 
     embedder: Any = None
     scope = ""
+    record: Any = None
 
     @classmethod
-    def start(cls, cache: str, sample: Any, scope: str) -> None:
+    def start(cls, cache: str, sample: Any, scope: str, short: int, short_cache: str) -> None:
         from stormbuffer.embedding import load_embedder
 
-        cls.embedder, cls.scope = WeightedMixes(load_embedder(Path(cache)), sample), scope
+        global SHORT_CACHE
+        SHORT_CACHE, cls.scope = Path(short_cache), scope
+        cls.embedder, cls.record = source(load_embedder(Path(cache)), sample, short)
 
     @classmethod
     def build(cls, span: tuple[int, int]) -> dict[str, Any]:
+        """`rows` of the span; an error comes back as a plain RuntimeError, which the pool can always pass
+        on (an exception it cannot unpickle would leave the load waiting forever)."""
+        try:
+            return cls.rows(span)
+        except Exception as exc:
+            raise RuntimeError(f"records {span[0]}..{span[1] - 1}: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def rows(cls, span: tuple[int, int]) -> dict[str, Any]:
         from stormbuffer.core.codec import render_markdown
         from stormbuffer.core.records import normalize
         from stormbuffer.index import postings
         from stormbuffer.index.chunking import VECTOR_CHUNKS
         from stormbuffer.index.sync import _chunk_vectors, record_chunks
 
-        embedder, scope = cls.embedder, cls.scope
+        embedder, scope, make = cls.embedder, cls.scope, cls.record
         cpu = dict.fromkeys(("records", "chunks", "vectors", "postings"), 0.0)
         out: dict[str, list[str]] = {table: [] for table in LOADED}
         counts = {"records": 0, "chunks": 0, "vectors": 0, "postings": 0, "terms": 0}
         for index in range(*span):
             at = time.process_time()
-            record = make_record(index, scope)
+            record = make(index, scope)
             path = f"records/{record.id}.md"
             out["records"].append(
                 copy_text(
@@ -258,6 +282,18 @@ class Batches:
                 "counts": counts}  # fmt: skip
 
 
+def source(real: Any, sample: Any, short: int) -> tuple[Any, Any]:
+    """The embedder and the record maker `(index, scope) → Record` of a load: with `short`, the first
+    `short` short records of real sentences and their cached real vectors (bench/short_records.py);
+    otherwise the benchmark corpus (bench/corpus.py) and weighted mixes of `sample`'s real vectors."""
+    if not short:
+        return WeightedMixes(real, sample), make_record
+    from short_records import Precomputed, cached, make_short_record
+
+    pairs, vectors, _manifest = cached(short, SHORT_CACHE)
+    return Precomputed(real, pairs, vectors), lambda index, scope: make_short_record(index, scope, pairs[index])
+
+
 def numbered(blocks: list[str], first: int) -> bytes:
     """COPY text of blocks of lines (one block per chunk), each line led by its chunk's id: ids follow
     one another from `first` in load order, as the engine's identity column gives them."""
@@ -283,6 +319,7 @@ def load(
     count: int,
     cache: Path,
     sample: Any,
+    short: int,
     *,
     identity: str,
     batch: int,
@@ -305,7 +342,7 @@ def load(
     with (
         psycopg.connect(url) as conn,
         conn.cursor() as cursor,
-        context.Pool(workers, Batches.start, (str(cache), sample, scope)) as pool,
+        context.Pool(workers, Batches.start, (str(cache), sample, scope, short, str(SHORT_CACHE))) as pool,
     ):
         definitions = Definitions(cursor)
         definitions.drop(cursor)
@@ -385,7 +422,7 @@ def build_hnsw(engine: Any, memory: str) -> float:
     return time.perf_counter() - started
 
 
-def same_as_engine(engine: Any, scope: str, embedder: Any, count: int) -> bool:
+def same_as_engine(engine: Any, scope: str, embedder: Any, make: Any, count: int) -> bool:
     """Project `CHECKED` records again with `projecting.project` (rolled back): the same chunk and posting
     rows as the bulk load's (chunk ids aside)?"""
     from sqlalchemy import text
@@ -393,7 +430,7 @@ def same_as_engine(engine: Any, scope: str, embedder: Any, count: int) -> bool:
     from stormbuffer.engines.postgresql.projecting import project
 
     picks = sorted({(index * 7919) % count for index in range(min(CHECKED, count))})
-    records = [make_record(index, scope) for index in picks]
+    records = [make(index, scope) for index in picks]
     ids = [record.id for record in records]
     chunks = text(f"SELECT record_id, ordinal, heading, text, embed_text, retrieval_text, token_count, word_count, "
                   f"embed_hash, length, embedding::text, sentence_vectors FROM {SCHEMA}.projection_chunks WHERE "
@@ -625,6 +662,13 @@ def main() -> None:
     )
     parser.add_argument("--hnsw-memory", default="4GB", help="maintenance_work_mem of the HNSW build")
     parser.add_argument("--shared-buffers", default="1GB")
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help="short records of real sentences with their cached real "
+        "vectors (bench/short_records.py), queried by held-out real questions and claims",
+    )
+    parser.add_argument("--data", type=Path, default=DEFAULT, help="the benchmark data (--short's queries)")
     args = parser.parse_args()
 
     from sqlalchemy import create_engine
@@ -638,7 +682,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the server and its files go too
     version = version_seconds()
-    saved = RESULTS / f"pg_scale-{args.records}.json"
+    saved = RESULTS / f"pg_scale-{'short-' if args.short else ''}{args.records}.json"
 
     def milestone(reached: dict[str, Any]) -> None:  # what a long run reached, should it not finish
         save(saved, {"records_wanted": args.records, "sbuf_version_s": round(version, 3), **reached,
@@ -653,8 +697,8 @@ def main() -> None:
     say("acquiring the model …")
     acquire_model(dirs.shared_cache)
     real = load_embedder(dirs.shared_cache)
-    sample = real.embed([make_record(index, "project:x").body[:400] for index in range(args.sample)])
-    embedder = WeightedMixes(real, sample)
+    sample = None if args.short else real.embed([make_record(i, "project:x").body[:400] for i in range(args.sample)])
+    embedder, make = source(real, sample, args.records if args.short else 0)
     say("starting PostgreSQL (tests/postgres.py) …")
     server = PostgresServer.start()
     try:
@@ -668,7 +712,8 @@ def main() -> None:
         started = time.perf_counter()
         from stormbuffer.index.projection import model_identity
 
-        loaded = load(url, scope, args.records, dirs.shared_cache, sample, identity=model_identity(real),
+        loaded = load(url, scope, args.records, dirs.shared_cache, sample, args.records if args.short else 0,
+                      identity=model_identity(real),
                       batch=args.batch, workers=args.workers, guard=server.base, seconds=args.load_seconds)  # fmt: skip
         milestone({"reached": "loaded", **loaded["totals"], "load_s": round(loaded["load_s"], 1)})
         engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -677,9 +722,9 @@ def main() -> None:
         say(f"HNSW index in {hnsw_s:.1f} s; the whole build in {build_s:.1f} s")
         milestone({"reached": "indexed", **loaded["totals"], "load_s": round(loaded["load_s"], 1),
                    "hnsw_index_s": round(hnsw_s, 1), "build_s": round(build_s, 1), **sizes(engine)})  # fmt: skip
-        same = same_as_engine(engine, scope, embedder, loaded["totals"]["records"])
+        same = same_as_engine(engine, scope, embedder, make, loaded["totals"]["records"])
         say(f"bulk rows equal projecting.project's: {same}")
-        queries = query_texts(args.queries)
+        queries = held_out(require(args.data))[: args.queries] if args.short else query_texts(args.queries)
         session = Session(View.PROJECT, paths, dirs, Warm(real), FreshnessRegistry())
         say("recall …")
         recall = recalls(session, queries, real)
@@ -702,9 +747,9 @@ def main() -> None:
     rounded = {name: round(value, 1) for name, value in loaded["copy_s"].items()}
     report = {
         "records_wanted": args.records, **loaded["totals"],
-        "vectors_are": f"unit mixes of three of {args.sample} real-model vectors (hash-chosen and weighted) per chunk "
-                       "and sentence (labelled: "
-                       "not the model's own vectors); queries embedded by the real model",
+        "vectors_are": SHORT_VECTORS if args.short else f"unit mixes of three of {args.sample} real-model vectors "
+                       "(hash-chosen and weighted) per chunk and sentence (labelled: not the model's own vectors); "
+                       "queries embedded by the real model",
         "hnsw": {"from_vectors": HNSW_FROM, "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION,
                  "ef_search": "max(40, 4 × wanted records), iterative scan relaxed_order (projection.py)"},
         "recall": recall, "hnsw_vs_exact": accuracy, "remember_ms": writes,

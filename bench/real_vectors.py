@@ -103,6 +103,26 @@ def _save(path: Path, array: np.ndarray) -> None:
     os.replace(part, path)
 
 
+def embed_in_shards(folder: Path, items: list[Any], size: int, minutes: float, embed: Any, what: str) -> None:
+    """`embed` each `size` items into `folder/vectors-NNNNN.npy` not yet there, until `minutes` have
+    passed; a line of progress on stderr per shard."""
+    started = time.monotonic()
+    done_now = 0
+    for first in range(0, len(items), size):
+        shard = folder / f"vectors-{first // size:05d}.npy"
+        if shard.exists():
+            continue
+        if time.monotonic() - started > 60 * minutes:
+            print(f"stopped after {minutes} minutes: {first} of {len(items)} {what} embedded", file=sys.stderr)
+            break
+        part = items[first : first + size]
+        _save(shard, embed(part))
+        done_now += len(part)
+        rate = done_now / (time.monotonic() - started)
+        print(f"embedded {first + len(part):,} of {len(items):,} {what} ({rate:.0f} a second, "
+              f"{(len(items) - first - len(part)) / rate / 60:.0f} min left)", file=sys.stderr, flush=True)  # fmt: skip
+
+
 def embed_all(data: Path, minutes: float) -> Path:
     """Embed (or resume embedding) the corpus and the queries; returns the cache directory."""
     import numpy as np
@@ -129,21 +149,17 @@ def embed_all(data: Path, minutes: float) -> Path:
     queries = folder / "queries.npy"
     if not queries.exists():
         _save(queries, model.embed(query_texts(data)))
-    started = time.monotonic()
-    done_now = 0
-    for first in range(0, len(texts), SHARD):
-        shard = folder / f"vectors-{first // SHARD:05d}.npy"
-        if shard.exists():
-            continue
-        if time.monotonic() - started > 60 * minutes:
-            print(f"stopped after {minutes} minutes: {first} of {len(texts)} texts embedded", file=sys.stderr)
-            break
-        _save(shard, model.embed(texts[first : first + SHARD]).astype(np.float32))
-        done_now += len(texts[first : first + SHARD])
-        rate = done_now / (time.monotonic() - started)
-        print(f"embedded {min(first + SHARD, len(texts))} of {len(texts)} texts ({rate:.0f} a second, "
-              f"{(len(texts) - first - SHARD) / rate / 60:.0f} min left)", file=sys.stderr, flush=True)  # fmt: skip
+    embed_in_shards(folder, texts, SHARD, minutes, lambda part: model.embed(part).astype(np.float32), "texts")
     return folder
+
+
+def one_model(root: Path, script: str) -> Path:
+    """The one model's folder of vectors under `root`; stops with a clear message when there is not one."""
+    folders = sorted(root.glob("*/manifest.json"))
+    if len(folders) != 1:
+        raise SystemExit(f"{len(folders)} models' vectors cached under {root}, not one; run python {script}, "
+                         "and remove the folders of other models")  # fmt: skip
+    return folders[0].parent
 
 
 def load(count: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -151,11 +167,7 @@ def load(count: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     message when fewer are cached."""
     import numpy as np
 
-    folders = sorted((CACHE / "real-vectors").glob("*/manifest.json"))
-    if len(folders) != 1:
-        raise SystemExit(f"{len(folders)} models' vectors cached under {CACHE / 'real-vectors'}, not one; run "
-                         "python bench/real_vectors.py, and remove the folders of other models")  # fmt: skip
-    folder = folders[0].parent
+    folder = one_model(CACHE / "real-vectors", "bench/real_vectors.py")
     parts: list[np.ndarray] = []
     held = 0
     for shard in sorted(folder.glob("vectors-[0-9]*.npy")):
