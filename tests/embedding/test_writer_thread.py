@@ -84,3 +84,22 @@ def test_writes_embed_on_one_thread_and_queries_where_asked(model_cache: Callabl
     assert found["query"]["same"]
     assert found["query"]["own_cpu_s"] > 0.5 * found["query"]["process_cpu_s"]  # a query's pass ran where asked
     assert found["forked"] == 0  # the child embedded on a writer thread of its own
+
+
+def test_a_call_on_the_writer_thread_sees_its_callers_context() -> None:
+    """A call handed to the writer thread runs there, in a copy of its caller's context variables."""
+    import contextvars
+    import threading
+
+    from stormbuffer.embedding.writer_thread import THREAD_NAME, WriterThread
+
+    caller = contextvars.ContextVar("caller", default="unset")
+    writer = WriterThread()
+
+    def seen() -> tuple[str, str]:
+        return threading.current_thread().name, caller.get()
+
+    caller.set("the request's")
+    name, value = writer.run(seen)
+    assert name.startswith(THREAD_NAME)
+    assert value == "the request's"

@@ -10,11 +10,13 @@ document embedding here too, wherever it is asked (`Embedder`); a query's embedd
 small buffers) stays on the thread that asks for it and never waits behind a write's.
 
 `WRITER.run` starts the thread on first use in each process (a forked child has none of its parent's
-threads and forgets its parent's); a call made on the thread itself runs at once.
+threads and forgets its parent's); a call made on the thread itself runs at once. A call runs in
+a copy of its caller's context, as anyio's threads run theirs (a daemon's caller environment, say).
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable
@@ -35,10 +37,10 @@ class WriterThread:
         self._on_thread = threading.local()
 
     def run(self, function: Callable[..., T], *args: object) -> T:
-        """`function(*args)` run on the writer thread; its result, or what it raised."""
+        """`function(*args)` run on the writer thread in the caller's context; its result, or what it raised."""
         if getattr(self._on_thread, "yes", False):
             return function(*args)
-        return self._executor().submit(function, *args).result()
+        return self._executor().submit(contextvars.copy_context().run, function, *args).result()
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
