@@ -18,7 +18,8 @@ sentence gets a unit mix of three of those real vectors chosen and weighted by a
 (`WeightedMixes`: distinct texts, distinct vectors). Queries are embedded by the real model.
 With `--short`, the records are instead the first N short records of real sentences of
 bench/short_records.py (one chunk each, no sentence vectors), each chunk with the real model's own
-vector precomputed there, and the queries are held-out real ones (LongMemEval-S questions, SciFact
+vector precomputed there (beyond its first 400,000 records, derived vectors: unit sums of two real
+ones, labelled so in the output), and the queries are held-out real ones (LongMemEval-S questions, SciFact
 test claims); saved as bench/results/pg_scale-short-N.json.
 
 Then, in this process (a long-running one, as the daemon and the MCP server are: one `Session` with
@@ -80,6 +81,19 @@ SHORT_VECTORS = (
     "the real model's own vectors of each short record's one chunk, precomputed (bench/short_records.py); "
     "queries: held-out LongMemEval-S questions and SciFact test claims, embedded by the real model"
 )
+
+
+def short_vectors(records: int) -> str:
+    """What a `--short` run's vectors are, derived ones labelled."""
+    from short_records import REAL_RECORDS
+
+    if records <= REAL_RECORDS:
+        return SHORT_VECTORS
+    return (f"records 0..{REAL_RECORDS - 1:,}: {SHORT_VECTORS.split('; ')[0]}; records {REAL_RECORDS:,}.."
+            f"{records - 1:,} DERIVED: two of those records' bodies joined, their vector the unit sum of the two "
+            f"real vectors (bench/short_records.py); {SHORT_VECTORS.split('; ')[1]}")  # fmt: skip
+
+
 LOADED = ("records", "projection_records", "projection_chunks", "projection_postings")
 
 
@@ -747,9 +761,9 @@ def main() -> None:
     rounded = {name: round(value, 1) for name, value in loaded["copy_s"].items()}
     report = {
         "records_wanted": args.records, **loaded["totals"],
-        "vectors_are": SHORT_VECTORS if args.short else f"unit mixes of three of {args.sample} real-model vectors "
-                       "(hash-chosen and weighted) per chunk and sentence (labelled: not the model's own vectors); "
-                       "queries embedded by the real model",
+        "vectors_are": short_vectors(args.records) if args.short else (
+            f"unit mixes of three of {args.sample} real-model vectors (hash-chosen and weighted) per chunk and "
+            "sentence (labelled: not the model's own vectors); queries embedded by the real model"),
         "hnsw": {"from_vectors": HNSW_FROM, "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION,
                  "ef_search": "max(40, 4 × wanted records), iterative scan relaxed_order (projection.py)"},
         "recall": recall, "hnsw_vs_exact": accuracy, "remember_ms": writes,

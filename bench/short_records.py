@@ -14,6 +14,13 @@ Vectors: each record's one chunk embedding text (`chunking.chunk_body`), embedde
 resumes where the last one stopped and stops by itself after `--minutes`. Run it under `nice -n 19`.
 Progress goes to stderr.
 
+Beyond the first `REAL_RECORDS`, records are derived, and labelled so wherever they are reported: record
+`REAL_RECORDS + k` joins two of the first `REAL_RECORDS` records' bodies (chosen by a seeded random
+stream, kept only when the join is still short and distinct) under the first one's title, and its vector
+is the unit sum of those two records' real vectors (the real model's vectors, combined, not its vector of
+the joined text). That reaches a million records without embedding a million texts (the data holds
+430,294 short sentences).
+
 Usage: python bench/short_records.py [--count] [--minutes 60] [--records 1000000] [--data ../shared/bench]
 """
 
@@ -42,6 +49,7 @@ MIN_WORDS = 8  # the store's sentence cut, with short pieces merged up to this m
 MIN_CHARS = 40
 MAX_CHARS = 300
 SHARD = 5000
+REAL_RECORDS = 400_000  # records with the real model's own vectors; later ones are derived
 SECONDS = 1_780_000_000  # created_at of record i: a fixed start (May 2026) plus i seconds
 
 
@@ -162,19 +170,54 @@ def embed_all(data: Path, records: int, minutes: float) -> Path:
 
 
 def cached(count: int, cache: Path = CACHE) -> tuple[list[tuple[str, str]], np.ndarray, dict[str, Any]]:
-    """The first `count` records' (title, body) pairs and cached vectors under `cache`, and the manifest;
-    stops with a clear message when fewer are cached."""
+    """The first `count` records' (title, body) pairs and vectors under `cache` (cached real ones, then
+    derived ones beyond `REAL_RECORDS`), and the manifest; stops with a clear message when fewer real
+    vectors are cached than needed."""
     import numpy as np
 
     folder = one_model(cache / "short-records", "bench/short_records.py")
+    real = min(count, REAL_RECORDS)
     parts: list[np.ndarray] = []
-    for number in range(0, count, SHARD):
+    for number in range(0, real, SHARD):
         shard = folder / f"vectors-{number // SHARD:05d}.npy"
         if not shard.exists():
             raise SystemExit(f"only {number:,} short records' vectors are cached; run python bench/short_records.py")
         parts.append(np.load(shard))
     pairs = [tuple(pair) for pair in json.loads(gzip.decompress((folder / "records.json.gz").read_bytes()))]
-    return pairs[:count], np.concatenate(parts)[:count], json.loads((folder / "manifest.json").read_text())  # type: ignore[return-value]
+    pairs, vectors = pairs[:real], np.concatenate(parts)[:real]
+    if count > real:
+        joined, sources = derived(pairs, count - real)  # type: ignore[arg-type]
+        summed = vectors[sources[:, 0]] + vectors[sources[:, 1]]
+        summed /= np.linalg.norm(summed, axis=1, keepdims=True)
+        pairs, vectors = pairs + joined, np.concatenate([vectors, summed.astype(np.float32)])  # type: ignore[operator]
+    return pairs, vectors, json.loads((folder / "manifest.json").read_text())  # type: ignore[return-value]
+
+
+def derived(real: list[tuple[str, str]], count: int) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """`count` derived records: each the join of two real records' bodies under the first one's title,
+    drawn from a random stream of seed 1, kept when still short and distinct; and for each, the rows of
+    the two real records it joins (a pure function of `real` and `count`)."""
+    import numpy as np
+
+    from stormbuffer.index.chunking import SENTENCE_WORDS
+
+    draw = random.Random(1).randrange
+    seen = {body for _title, body in real}
+    joined: list[tuple[str, str]] = []
+    sources: list[tuple[int, int]] = []
+    for _ in range(50 * count):  # bounded: about half the draws are kept
+        if len(joined) == count:
+            break
+        first, second = draw(len(real)), draw(len(real))
+        body = f"{real[first][1]} {real[second][1]}"
+        if first == second or len(body) > MAX_CHARS or len(body.split()) >= 2 * SENTENCE_WORDS or body in seen:
+            continue
+        seen.add(body)
+        joined.append((real[first][0], body))
+        sources.append((first, second))
+    if len(joined) < count:
+        raise SystemExit(f"only {len(joined):,} of {count:,} derived records could be drawn")
+    return joined, np.array(sources, dtype=np.int64)
 
 
 class Precomputed:
@@ -201,7 +244,12 @@ class Precomputed:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", action="store_true", help="list and count the records, embed nothing")
-    parser.add_argument("--records", type=int, default=1_000_000, help="embed the first this many")
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=REAL_RECORDS,
+        help=f"embed the first this many (at most {REAL_RECORDS:,}: later records are derived)",
+    )
     parser.add_argument("--minutes", type=float, default=60.0, help="stop embedding after this long")
     parser.add_argument("--data", type=Path, default=DEFAULT)
     args = parser.parse_args()
@@ -213,7 +261,7 @@ def main() -> None:
         print(f"{len(pairs):,} distinct records of one or two short sentences; characters p50 {middle}, "
               f"mean {sum(lengths) / len(lengths):.0f}")  # fmt: skip
         return
-    print(f"cached in {embed_all(data, args.records, args.minutes)}", file=sys.stderr)
+    print(f"cached in {embed_all(data, min(args.records, REAL_RECORDS), args.minutes)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
