@@ -18,7 +18,7 @@ sentence gets a unit mix of three of those real vectors chosen and weighted by a
 (`WeightedMixes`: distinct texts, distinct vectors). Queries are embedded by the real model.
 With `--short`, the records are instead the first N short records of real sentences of
 bench/short_records.py (one chunk each, no sentence vectors), each chunk with the real model's own
-vector precomputed there (beyond its first 400,000 records, derived vectors: unit sums of two real
+vector precomputed there (beyond its first 300,000 records, derived vectors: unit sums of two real
 ones, labelled so in the output), and the queries are held-out real ones (LongMemEval-S questions, SciFact
 test claims); saved as bench/results/pg_scale-short-N.json.
 

@@ -49,7 +49,7 @@ MIN_WORDS = 8  # the store's sentence cut, with short pieces merged up to this m
 MIN_CHARS = 40
 MAX_CHARS = 300
 SHARD = 5000
-REAL_RECORDS = 400_000  # records with the real model's own vectors; later ones are derived
+REAL_RECORDS = 300_000  # records with the real model's own vectors; later ones are derived
 SECONDS = 1_780_000_000  # created_at of record i: a fixed start (May 2026) plus i seconds
 
 
