@@ -180,7 +180,13 @@ def test_weighted_terms_are_those_counted_word_by_word(text: str) -> None:
 # is often plain ASCII (counted in one pass over the batch's bytes) and sometimes not.
 PREFIXES = ["", "Deploys\n\n\n\nnote.md\n", "Über Σ\nRunbook › Steps\nİstanbul notes\nops\nx.md\n"]
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=200)
-RETRIEVAL_TEXT = st.tuples(st.sampled_from(PREFIXES), ASCII | TEXT).map("".join)
+# ASCII words around the length up to which a word is numbered by its bytes as one 64-bit key (8)
+KEYED = (
+    "a Zz deploy Deploys 1234567 12345678 123456789 ABCDEFGH abcdefgh abcdefghi x_y_z_w_ x_y_z_w_v _ __init__".split()
+)
+KEYED += ["q" * 16, "Q" * 17, "0123456789abcdef" * 2]
+WORDY = st.lists(st.sampled_from(KEYED) | st.sampled_from([" ", "\n", "-", ". ", "\t", "/"]), max_size=60).map("".join)
+RETRIEVAL_TEXT = st.tuples(st.sampled_from(PREFIXES), ASCII | WORDY | TEXT).map("".join)
 
 
 @settings(max_examples=300, deadline=None)

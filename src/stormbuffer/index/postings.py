@@ -136,10 +136,7 @@ def weighted_terms(
             prefixes[prefix] = cached
     counts, length = cached[0].copy(), cached[1]
     if text is not None:
-        found = stems(words(text), known)
-        length += _TEXT_WEIGHT * len(found)
-        for _ in range(_TEXT_WEIGHT):
-            counts.update(found)
+        length += _count_terms(text, _TEXT_WEIGHT, known, counts)
     return counts, length
 
 
@@ -148,11 +145,18 @@ def _field_terms(fields: list[str], known: dict[str, str]) -> Tally:
     counts: Counter[str] = Counter()
     length = 0
     for field, weight in zip(fields, FIELD_WEIGHTS, strict=False):
-        found = stems(words(field), known)
-        length += weight * len(found)
-        for _ in range(weight):  # each occurrence counts `weight` times
-            counts.update(found)
+        length += _count_terms(field, weight, known, counts)
     return counts, length
+
+
+def _count_terms(text: str, weight: int, known: dict[str, str], counts: Counter[str]) -> int:
+    """Add each term of `text` to `counts`, `weight` times per occurrence, and return its weighted length:
+    the words are counted first, then each distinct one is stemmed once and its count added to its
+    stem's (terms appear in `counts` in the order of their first occurrence, as word by word)."""
+    found = Counter(words(text))
+    for term, occurrences in zip(stems(list(found), known), found.values(), strict=True):
+        counts[term] += weight * occurrences
+    return weight * found.total()
 
 
 def create(conn: Connection) -> None:
@@ -344,10 +348,7 @@ class _Accumulator:
             fields = text.split("\n", len(FIELD_WEIGHTS) - 1)
             bodies.append(fields.pop() if len(fields) == len(FIELD_WEIGHTS) else "")
             prefix_of.append(prefixes.setdefault("\n".join(fields), len(prefixes)))
-        found, sizes = _batch_words(bodies)
-        numbered: defaultdict[str | bytes, int] = defaultdict(count().__next__)  # each distinct word → its number
-        word_numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
-        distinct = [word.decode("ascii") if isinstance(word, bytes) else word for word in numbered]
+        distinct, word_numbers, sizes = _numbered_words(bodies)
         local: dict[str, int] = {}  # the batch's terms → their number in the batch
         word_terms = np.array([local.setdefault(term, len(local)) for term in stems(distinct, self._stems)],
                               dtype=np.int64)  # fmt: skip
@@ -357,7 +358,7 @@ class _Accumulator:
         # `_TEXT_WEIGHT` each, and each row's fields count as their tally says.
         rows, terms = np.arange(len(batch), dtype=np.int64), len(local)
         keys = [np.repeat(rows, sizes) * terms + word_terms[word_numbers]]
-        weights = [np.full(len(found), _TEXT_WEIGHT, dtype=np.int64)]
+        weights = [np.full(word_numbers.size, _TEXT_WEIGHT, dtype=np.int64)]
         row_prefix = np.array(prefix_of, dtype=np.int64)
         for number, ((counts, _), numbers) in enumerate(zip(tallies, prefix_terms, strict=True)):
             held = rows[row_prefix == number]
@@ -422,23 +423,59 @@ _ASCII_WORD_BYTES = bytes(
     (code | 0x20 if chr(code).isupper() else code) if code < 128 and (chr(code).isalnum() or code == 0x5F) else 0x20
     for code in range(256)
 )
+_KEY_BYTES = 8  # an ASCII word of at most this many bytes is numbered by its bytes read as one 64-bit key
 
 
-def _batch_words(bodies: list[str]) -> tuple[list[str] | list[bytes], np.ndarray]:
-    """The words (`words`) of every body, one body after another, and how many each has. ASCII bodies
-    are lowercased and split at once as bytes (their words are bytes then: splitting bytes is the
-    faster); no word crosses the line breaks that join them."""
+def _numbered_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The words (`words`) of every body, one body after another, as numbers into a list of the distinct
+    words, and how many words each body has. No word crosses the line breaks that join the bodies.
+
+    An ASCII batch is lowercased and cut at once as bytes, and each word of up to `_KEY_BYTES` bytes
+    (nearly all of them) is read as a 64-bit key, its bytes zero-padded, without becoming an object:
+    the distinct keys are the distinct short words. Longer words are split out of a copy of the batch in
+    which the short ones are blanked; another batch is split word by word (`words`)."""
     import numpy as np
 
     joined = "\n".join(bodies)
     if not joined.isascii():
         split = [words(body) for body in bodies]
-        return list(chain.from_iterable(split)), np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+        found = list(chain.from_iterable(split))
+        numbered: defaultdict[str, int] = defaultdict(count().__next__)  # each distinct word → its number
+        numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
+        return list(numbered), numbers, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
     folded = joined.encode("ascii").translate(_ASCII_WORD_BYTES)
     is_word = np.frombuffer(folded, dtype=np.uint8) != 0x20
-    begins = np.flatnonzero(is_word & np.diff(is_word, prepend=False))  # where each word begins
+    edges = np.flatnonzero(np.diff(is_word, prepend=False, append=False))  # where each word begins, then ends
+    begins, lengths = edges[::2], edges[1::2] - edges[::2]
     ends = np.cumsum(np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)) + 1) - 1
-    return folded.split(), np.diff(np.searchsorted(begins, ends), prepend=0)
+    sizes = np.diff(np.searchsorted(begins, ends), prepend=0)
+    short = lengths <= _KEY_BYTES
+    # At each byte, the little-endian 64-bit number of the 8 bytes from it on; a word's key keeps its own.
+    at = np.ndarray((len(folded),), dtype="<u8", buffer=folded + bytes(_KEY_BYTES - 1), strides=(1,))
+    keys = at[begins[short]] & _low_bytes()[lengths[short]]
+    vocabulary, short_numbers = np.unique(keys, return_inverse=True)
+    distinct = [word.decode("ascii") for word in vocabulary.astype("<u8").view(f"S{_KEY_BYTES}").tolist()]
+    numbers = np.empty(begins.size, dtype=np.int64)
+    numbers[short] = short_numbers.ravel()
+    if not short.all():  # the long words, in order: the batch with every short word blanked, split
+        edge = np.zeros(len(folded) + 1, dtype=np.int8)  # +1 where a short word begins, -1 after it
+        edge[begins[short]] = 1
+        edge[begins[short] + lengths[short]] = -1  # a separator: no word begins there
+        copy = np.frombuffer(folded, dtype=np.uint8).copy()
+        copy[np.cumsum(edge[:-1], dtype=np.int8) > 0] = 0x20
+        long_words = copy.tobytes().split()
+        named: defaultdict[bytes, int] = defaultdict(count(len(distinct)).__next__)
+        numbers[~short] = np.fromiter(map(named.__getitem__, long_words), dtype=np.int64, count=len(long_words))
+        distinct += [word.decode("ascii") for word in named]
+    return distinct, numbers, sizes
+
+
+@cache
+def _low_bytes() -> np.ndarray:
+    """By length up to `_KEY_BYTES`, the mask of that many low bytes of a 64-bit key."""
+    import numpy as np
+
+    return np.array([(1 << 8 * length) - 1 for length in range(_KEY_BYTES + 1)], dtype=np.uint64)
 
 
 def _summed(keys: np.ndarray, weights: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
