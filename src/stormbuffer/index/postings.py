@@ -37,7 +37,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain, count
+from itertools import chain, compress, count
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import kept_chunks
@@ -428,22 +428,47 @@ _KEY_BYTES = 8  # an ASCII word of at most this many bytes is numbered by its by
 
 def _numbered_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The words (`words`) of every body, one body after another, as numbers into a list of the distinct
-    words, and how many words each body has. No word crosses the line breaks that join the bodies.
-
-    An ASCII batch is lowercased and cut at once as bytes, and each word of up to `_KEY_BYTES` bytes
-    (nearly all of them) is read as a 64-bit key, its bytes zero-padded, without becoming an object:
-    the distinct keys are the distinct short words. Longer words are split out of a copy of the batch in
-    which the short ones are blanked; another batch is split word by word (`words`)."""
+    words, and how many words each body has. The ASCII bodies are counted together as bytes
+    (`_ascii_words`), the others one by one (`_split_words`), and their words put back in order."""
     import numpy as np
 
-    joined = "\n".join(bodies)
-    if not joined.isascii():
-        split = [words(body) for body in bodies]
-        found = list(chain.from_iterable(split))
-        numbered: defaultdict[str, int] = defaultdict(count().__next__)  # each distinct word → its number
-        numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
-        return list(numbered), numbers, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
-    folded = joined.encode("ascii").translate(_ASCII_WORD_BYTES)
+    plain = np.fromiter(map(str.isascii, bodies), dtype=bool, count=len(bodies))
+    if plain.all():
+        return _ascii_words(bodies)
+    if not plain.any():
+        return _split_words(bodies)
+    distinct, ascii_numbers, ascii_sizes = _ascii_words(list(compress(bodies, plain)))
+    other, other_numbers, other_sizes = _split_words(list(compress(bodies, ~plain)))
+    position = {word: number for number, word in enumerate(distinct)}
+    renumbered = np.array([position.setdefault(word, len(position)) for word in other], dtype=np.int64)
+    sizes = np.empty(len(bodies), dtype=np.int64)
+    sizes[plain], sizes[~plain] = ascii_sizes, other_sizes
+    body_of = np.concatenate(
+        [np.repeat(np.flatnonzero(plain), ascii_sizes), np.repeat(np.flatnonzero(~plain), other_sizes)]
+    )
+    numbers = np.concatenate([ascii_numbers, renumbered[other_numbers]])[np.argsort(body_of, kind="stable")]
+    return list(position), numbers, sizes
+
+
+def _split_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`_numbered_words` of any bodies, split one by one (`words`), each distinct word numbered by a dictionary."""
+    import numpy as np
+
+    split = [words(body) for body in bodies]
+    found = list(chain.from_iterable(split))
+    numbered: defaultdict[str, int] = defaultdict(count().__next__)  # each distinct word → its number
+    numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
+    return list(numbered), numbers, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+
+
+def _ascii_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`_numbered_words` of ASCII bodies, joined by line breaks (no word crosses one), lowercased and cut
+    at once as bytes. Each word of up to `_KEY_BYTES` bytes (nearly all of them) is read as a 64-bit
+    key, its bytes zero-padded, without becoming an object: the distinct keys are the distinct short
+    words. Longer words are split out of a copy of the bytes in which the short ones are blanked."""
+    import numpy as np
+
+    folded = "\n".join(bodies).encode("ascii").translate(_ASCII_WORD_BYTES)
     is_word = np.frombuffer(folded, dtype=np.uint8) != 0x20
     edges = np.flatnonzero(np.diff(is_word, prepend=False, append=False))  # where each word begins, then ends
     begins, lengths = edges[::2], edges[1::2] - edges[::2]
