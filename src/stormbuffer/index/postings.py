@@ -136,7 +136,10 @@ def weighted_terms(
             prefixes[prefix] = cached
     counts, length = cached[0].copy(), cached[1]
     if text is not None:
-        length += _count_terms(text, _TEXT_WEIGHT, known, counts)
+        found = stems(words(text), known)
+        length += _TEXT_WEIGHT * len(found)
+        for _ in range(_TEXT_WEIGHT):
+            counts.update(found)
     return counts, length
 
 
@@ -145,18 +148,11 @@ def _field_terms(fields: list[str], known: dict[str, str]) -> Tally:
     counts: Counter[str] = Counter()
     length = 0
     for field, weight in zip(fields, FIELD_WEIGHTS, strict=False):
-        length += _count_terms(field, weight, known, counts)
+        found = stems(words(field), known)
+        length += weight * len(found)
+        for _ in range(weight):  # each occurrence counts `weight` times
+            counts.update(found)
     return counts, length
-
-
-def _count_terms(text: str, weight: int, known: dict[str, str], counts: Counter[str]) -> int:
-    """Add each term of `text` to `counts`, `weight` times per occurrence, and return its weighted length:
-    the words are counted first, then each distinct one is stemmed once and its count added to its
-    stem's (terms appear in `counts` in the order of their first occurrence, as word by word)."""
-    found = Counter(words(text))
-    for term, occurrences in zip(stems(list(found), known), found.values(), strict=True):
-        counts[term] += weight * occurrences
-    return weight * found.total()
 
 
 def create(conn: Connection) -> None:
@@ -424,19 +420,24 @@ _ASCII_WORD_BYTES = bytes(
     for code in range(256)
 )
 _KEY_BYTES = 8  # an ASCII word of at most this many bytes is numbered by its bytes read as one 64-bit key
+# Characters of a batch from which its ASCII words are numbered by key: below, numbering each word by a
+# dictionary costs less than making the keys' arrays (the two meet at about 16,000 characters).
+_KEYED_FROM = 1 << 14
 
 
 def _numbered_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The words (`words`) of every body, one body after another, as numbers into a list of the distinct
     words, and how many words each body has. The ASCII bodies are counted together as bytes
-    (`_ascii_words`), the others one by one (`_split_words`), and their words put back in order."""
+    (`_ascii_words`), the others one by one (`_split_words`), and their words put back in order; a
+    batch of fewer than `_KEYED_FROM` characters with any other body is split body by body whole."""
     import numpy as np
 
-    plain = np.fromiter(map(str.isascii, bodies), dtype=bool, count=len(bodies))
-    if plain.all():
+    is_ascii = list(map(str.isascii, bodies))
+    if all(is_ascii):
         return _ascii_words(bodies)
-    if not plain.any():
+    if not any(is_ascii) or sum(map(len, bodies)) < _KEYED_FROM:
         return _split_words(bodies)
+    plain = np.array(is_ascii)
     distinct, ascii_numbers, ascii_sizes = _ascii_words(list(compress(bodies, plain)))
     other, other_numbers, other_sizes = _split_words(list(compress(bodies, ~plain)))
     position = {word: number for number, word in enumerate(distinct)}
@@ -455,25 +456,37 @@ def _split_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     import numpy as np
 
     split = [words(body) for body in bodies]
-    found = list(chain.from_iterable(split))
-    numbered: defaultdict[str, int] = defaultdict(count().__next__)  # each distinct word → its number
+    distinct, numbers = _by_dictionary(list(chain.from_iterable(split)))
+    return distinct, numbers, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+
+
+def _by_dictionary(found: list[str] | list[bytes], first: int = 0) -> tuple[list[str], np.ndarray]:
+    """The distinct words of `found` (ASCII bytes or text), in order of first occurrence, and each word's
+    number among them, counted from `first`."""
+    import numpy as np
+
+    numbered: defaultdict[str | bytes, int] = defaultdict(count(first).__next__)  # each distinct word → its number
     numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
-    return list(numbered), numbers, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+    return [word if isinstance(word, str) else word.decode("ascii") for word in numbered], numbers
 
 
 def _ascii_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """`_numbered_words` of ASCII bodies, joined by line breaks (no word crosses one), lowercased and cut
-    at once as bytes. Each word of up to `_KEY_BYTES` bytes (nearly all of them) is read as a 64-bit
-    key, its bytes zero-padded, without becoming an object: the distinct keys are the distinct short
-    words. Longer words are split out of a copy of the bytes in which the short ones are blanked."""
+    at once as bytes. From `_KEYED_FROM` characters on, each word of up to `_KEY_BYTES` bytes (nearly all
+    of them) is read as a 64-bit key, its bytes zero-padded, without becoming an object: the distinct
+    keys are the distinct short words; longer words are split out of a copy of the bytes in which the
+    short ones are blanked. A smaller batch's words are split and numbered by a dictionary."""
     import numpy as np
 
     folded = "\n".join(bodies).encode("ascii").translate(_ASCII_WORD_BYTES)
     is_word = np.frombuffer(folded, dtype=np.uint8) != 0x20
-    edges = np.flatnonzero(np.diff(is_word, prepend=False, append=False))  # where each word begins, then ends
-    begins, lengths = edges[::2], edges[1::2] - edges[::2]
+    begins = np.flatnonzero(is_word & np.diff(is_word, prepend=False))  # where each word begins
     ends = np.cumsum(np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)) + 1) - 1
     sizes = np.diff(np.searchsorted(begins, ends), prepend=0)
+    if len(folded) < _KEYED_FROM:
+        distinct, numbers = _by_dictionary(folded.split())
+        return distinct, numbers, sizes
+    lengths = np.flatnonzero(is_word & np.diff(is_word, append=False)) + 1 - begins  # from the last byte of each
     short = lengths <= _KEY_BYTES
     # At each byte, the little-endian 64-bit number of the 8 bytes from it on; a word's key keeps its own.
     at = np.ndarray((len(folded),), dtype="<u8", buffer=folded + bytes(_KEY_BYTES - 1), strides=(1,))
@@ -488,10 +501,8 @@ def _ascii_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
         edge[begins[short] + lengths[short]] = -1  # a separator: no word begins there
         copy = np.frombuffer(folded, dtype=np.uint8).copy()
         copy[np.cumsum(edge[:-1], dtype=np.int8) > 0] = 0x20
-        long_words = copy.tobytes().split()
-        named: defaultdict[bytes, int] = defaultdict(count(len(distinct)).__next__)
-        numbers[~short] = np.fromiter(map(named.__getitem__, long_words), dtype=np.int64, count=len(long_words))
-        distinct += [word.decode("ascii") for word in named]
+        long_words, numbers[~short] = _by_dictionary(copy.tobytes().split(), len(distinct))
+        distinct += long_words
     return distinct, numbers, sizes
 
 
