@@ -9,6 +9,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from unittest.mock import patch
 
 import pytest
 import Stemmer
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormbuffer.core.codec import split_markdown
-from stormbuffer.index import chunking
+from stormbuffer.index import chunking, postings
 from stormbuffer.index.chunking import approximate_token_count, chunk_body
 from stormbuffer.index.postings import FIELD_WEIGHTS, MAX_COUNT, _Accumulator, weighted_terms
 
@@ -180,12 +181,21 @@ def test_weighted_terms_are_those_counted_word_by_word(text: str) -> None:
 # is often plain ASCII (counted in one pass over the batch's bytes) and sometimes not.
 PREFIXES = ["", "Deploys\n\n\n\nnote.md\n", "Über Σ\nRunbook › Steps\nİstanbul notes\nops\nx.md\n"]
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=200)
-RETRIEVAL_TEXT = st.tuples(st.sampled_from(PREFIXES), ASCII | TEXT).map("".join)
+# ASCII words around the length up to which a word is numbered by its bytes as one 64-bit key (8)
+KEYED = (
+    "a Zz deploy Deploys 1234567 12345678 123456789 ABCDEFGH abcdefgh abcdefghi x_y_z_w_ x_y_z_w_v _ __init__".split()
+)
+KEYED += ["q" * 16, "Q" * 17, "0123456789abcdef" * 2]
+WORDY = st.lists(st.sampled_from(KEYED) | st.sampled_from([" ", "\n", "-", ". ", "\t", "/"]), max_size=60).map("".join)
+RETRIEVAL_TEXT = st.tuples(st.sampled_from(PREFIXES), ASCII | WORDY | TEXT).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(RETRIEVAL_TEXT, min_size=1, max_size=12), st.integers(1, 400), st.integers(1, 60))
-def test_postings_counted_in_batches_are_those_counted_word_by_word(texts: list[str], batch: int, fold: int) -> None:
+@settings(max_examples=400, deadline=None)
+@given(st.lists(RETRIEVAL_TEXT, min_size=1, max_size=12), st.integers(1, 400), st.integers(1, 60),
+       st.integers(0, 300) | st.just(postings._KEYED_FROM))  # fmt: skip
+def test_postings_counted_in_batches_are_those_counted_word_by_word(
+    texts: list[str], batch: int, fold: int, keyed_from: int
+) -> None:
     accumulator = _Accumulator()
     accumulator.BATCH_CHARS, accumulator.FOLD = batch, fold  # many batches and folds, or one
     chunks = [(3 * number + 1, text) for number, text in enumerate(texts)]
@@ -196,7 +206,8 @@ def test_postings_counted_in_batches_are_those_counted_word_by_word(texts: list[
         total += length
         for term, occurrences in counts.items():
             expected.setdefault(term, []).append((chunk, min(occurrences, MAX_COUNT), min(length, MAX_COUNT)))
-    assert accumulator.add_all(chunks) == total
+    with patch.object(postings, "_KEYED_FROM", keyed_from):  # words numbered by key from this batch size on
+        assert accumulator.add_all(chunks) == total
     assert set(accumulator.terms) == set(expected)
     assert {term: accumulator.packed(term).tolist() for term in expected} == expected
 

@@ -25,6 +25,7 @@ from stormbuffer.core.stores import (
     resolve_store,
 )
 from stormbuffer.core.timestamps import Timestamp
+from stormbuffer.engines.directory import transaction
 
 
 def make_repo(tmp_path: Path, engine: str = DIRECTORY) -> Repository:
@@ -210,6 +211,27 @@ def test_forget_deletes_the_record(repo: Repository) -> None:
     repo.forget(record.id)
     with pytest.raises(NotFound):
         repo.find(record.id)
+
+
+def test_a_record_read_before_is_parsed_again_only_when_its_file_changed(
+    directory_repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = draft(directory_repo, status="active")
+    directory_repo.add(record)
+    opened = directory_repo.find(record.id)
+    parsed: list[str] = []
+
+    def counted(data: bytes, context: str) -> Record:
+        parsed.append(context)
+        return parse_markdown(data, context)
+
+    monkeypatch.setattr(transaction, "parse_markdown", counted)
+    directory_repo.replace_if_unchanged(opened, record.replace(body="Newer body.\n"))
+    assert parsed == []  # the file still held the bytes `opened` was read from
+    directory_repo.forget(record.id, opened)  # it holds the edit now: read and parsed again, then forgotten
+    assert parsed == [f"{record.id}.md"]
+    with pytest.raises(NotFound):
+        directory_repo.find(record.id)
 
 
 def test_uninitialized_store_creates_nothing(tmp_path: Path) -> None:

@@ -514,11 +514,11 @@ def forget(record_id: str, destroy: bool, yes: bool) -> None:
     record_id = record_id_argument(record_id)
     repository = selected_repository()
     with failing("could not permanently delete record"):
-        record = repository.find(record_id).record
+        stored = repository.find(record_id)
     if not yes:
-        _confirm_deletion(record)
+        _confirm_deletion(stored.record)
     with failing("could not permanently delete record"):
-        repository.forget(record_id)
+        repository.forget(record_id, stored)
     click.echo(f"Forgot {record_id}")
 
 

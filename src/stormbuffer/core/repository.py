@@ -301,7 +301,7 @@ class Repository:
             raise StoreIntegrityError("record id cannot change during an update")
         self._check_scope(replacement)
         with self._mutation() as store:
-            on_disk = store.get(current.record.id)
+            on_disk = store.get(current.record.id, known=current)
             if on_disk.path != current.path or on_disk.data != current.data:
                 raise Conflict("record changed while it was being edited")
             must_be(on_disk.record, "active")
@@ -310,10 +310,10 @@ class Repository:
             store.replace(on_disk, replacement)
         return replacement
 
-    def forget(self, record_id: str) -> None:
-        """Permanently delete a record file (callers confirm first)."""
+    def forget(self, record_id: str, known: StoredRecord | None = None) -> None:
+        """Permanently delete a record file (callers confirm first); `known`: the record as the caller read it."""
         with self._mutation() as store:
-            store.remove(store.get(record_id))
+            store.remove(store.get(record_id, known=known))
 
 
 def _match(store: RecordTransaction, record: Record, exclude: set[str]) -> tuple[str, Record] | None:

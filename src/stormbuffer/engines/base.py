@@ -45,9 +45,10 @@ class RecordTransaction(Protocol):
     """One write's view of the store, from its lookups to its last write. Raises `Conflict` when a
     record changed since it was read, `StoreIntegrityError` when a new record's id is taken."""
 
-    def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
+    def get(self, record_id: str, *, guarded: bool = True, known: StoredRecord | None = None) -> StoredRecord:
         """The record as stored now; NotFound, ScopeDenied for another scope's record, and
-        (`guarded`) UnsafeWrite when it is missing and an unreadable record may hold it."""
+        (`guarded`) UnsafeWrite when it is missing and an unreadable record may hold it. `known`: the
+        record as read before, returned as it is when the store still holds those very bytes."""
         ...
 
     def unused(self, record_id: str) -> None:

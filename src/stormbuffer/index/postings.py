@@ -37,7 +37,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain, count
+from itertools import chain, compress, count
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import kept_chunks
@@ -344,10 +344,7 @@ class _Accumulator:
             fields = text.split("\n", len(FIELD_WEIGHTS) - 1)
             bodies.append(fields.pop() if len(fields) == len(FIELD_WEIGHTS) else "")
             prefix_of.append(prefixes.setdefault("\n".join(fields), len(prefixes)))
-        found, sizes = _batch_words(bodies)
-        numbered: defaultdict[str | bytes, int] = defaultdict(count().__next__)  # each distinct word → its number
-        word_numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
-        distinct = [word.decode("ascii") if isinstance(word, bytes) else word for word in numbered]
+        distinct, word_numbers, sizes = _numbered_words(bodies)
         local: dict[str, int] = {}  # the batch's terms → their number in the batch
         word_terms = np.array([local.setdefault(term, len(local)) for term in stems(distinct, self._stems)],
                               dtype=np.int64)  # fmt: skip
@@ -357,7 +354,7 @@ class _Accumulator:
         # `_TEXT_WEIGHT` each, and each row's fields count as their tally says.
         rows, terms = np.arange(len(batch), dtype=np.int64), len(local)
         keys = [np.repeat(rows, sizes) * terms + word_terms[word_numbers]]
-        weights = [np.full(len(found), _TEXT_WEIGHT, dtype=np.int64)]
+        weights = [np.full(word_numbers.size, _TEXT_WEIGHT, dtype=np.int64)]
         row_prefix = np.array(prefix_of, dtype=np.int64)
         for number, ((counts, _), numbers) in enumerate(zip(tallies, prefix_terms, strict=True)):
             held = rows[row_prefix == number]
@@ -422,23 +419,99 @@ _ASCII_WORD_BYTES = bytes(
     (code | 0x20 if chr(code).isupper() else code) if code < 128 and (chr(code).isalnum() or code == 0x5F) else 0x20
     for code in range(256)
 )
+_KEY_BYTES = 8  # an ASCII word of at most this many bytes is numbered by its bytes read as one 64-bit key
+# Characters of a batch from which its ASCII words are numbered by key: below, numbering each word by a
+# dictionary costs less than making the keys' arrays (the two meet at about 16,000 characters).
+_KEYED_FROM = 1 << 14
 
 
-def _batch_words(bodies: list[str]) -> tuple[list[str] | list[bytes], np.ndarray]:
-    """The words (`words`) of every body, one body after another, and how many each has. ASCII bodies
-    are lowercased and split at once as bytes (their words are bytes then: splitting bytes is the
-    faster); no word crosses the line breaks that join them."""
+def _numbered_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The words (`words`) of every body, one body after another, as numbers into a list of the distinct
+    words, and how many words each body has. The ASCII bodies are counted together as bytes
+    (`_ascii_words`), the others one by one (`_split_words`), and their words put back in order; a
+    batch of fewer than `_KEYED_FROM` characters with any other body is split body by body whole."""
     import numpy as np
 
-    joined = "\n".join(bodies)
-    if not joined.isascii():
-        split = [words(body) for body in bodies]
-        return list(chain.from_iterable(split)), np.fromiter(map(len, split), dtype=np.int64, count=len(split))
-    folded = joined.encode("ascii").translate(_ASCII_WORD_BYTES)
+    is_ascii = list(map(str.isascii, bodies))
+    if all(is_ascii):
+        return _ascii_words(bodies)
+    if not any(is_ascii) or sum(map(len, bodies)) < _KEYED_FROM:
+        return _split_words(bodies)
+    plain = np.array(is_ascii)
+    distinct, ascii_numbers, ascii_sizes = _ascii_words(list(compress(bodies, plain)))
+    other, other_numbers, other_sizes = _split_words(list(compress(bodies, ~plain)))
+    position = {word: number for number, word in enumerate(distinct)}
+    renumbered = np.array([position.setdefault(word, len(position)) for word in other], dtype=np.int64)
+    sizes = np.empty(len(bodies), dtype=np.int64)
+    sizes[plain], sizes[~plain] = ascii_sizes, other_sizes
+    body_of = np.concatenate(
+        [np.repeat(np.flatnonzero(plain), ascii_sizes), np.repeat(np.flatnonzero(~plain), other_sizes)]
+    )
+    numbers = np.concatenate([ascii_numbers, renumbered[other_numbers]])[np.argsort(body_of, kind="stable")]
+    return list(position), numbers, sizes
+
+
+def _split_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`_numbered_words` of any bodies, split one by one (`words`), each distinct word numbered by a dictionary."""
+    import numpy as np
+
+    split = [words(body) for body in bodies]
+    distinct, numbers = _by_dictionary(list(chain.from_iterable(split)))
+    return distinct, numbers, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+
+
+def _by_dictionary(found: list[str] | list[bytes], first: int = 0) -> tuple[list[str], np.ndarray]:
+    """The distinct words of `found` (ASCII bytes or text), in order of first occurrence, and each word's
+    number among them, counted from `first`."""
+    import numpy as np
+
+    numbered: defaultdict[str | bytes, int] = defaultdict(count(first).__next__)  # each distinct word → its number
+    numbers = np.fromiter(map(numbered.__getitem__, found), dtype=np.int64, count=len(found))
+    return [word if isinstance(word, str) else word.decode("ascii") for word in numbered], numbers
+
+
+def _ascii_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`_numbered_words` of ASCII bodies, joined by line breaks (no word crosses one), lowercased and cut
+    at once as bytes. From `_KEYED_FROM` characters on, each word of up to `_KEY_BYTES` bytes (nearly all
+    of them) is read as a 64-bit key, its bytes zero-padded, without becoming an object: the distinct
+    keys are the distinct short words; longer words are split out of a copy of the bytes in which the
+    short ones are blanked. A smaller batch's words are split and numbered by a dictionary."""
+    import numpy as np
+
+    folded = "\n".join(bodies).encode("ascii").translate(_ASCII_WORD_BYTES)
     is_word = np.frombuffer(folded, dtype=np.uint8) != 0x20
     begins = np.flatnonzero(is_word & np.diff(is_word, prepend=False))  # where each word begins
     ends = np.cumsum(np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)) + 1) - 1
-    return folded.split(), np.diff(np.searchsorted(begins, ends), prepend=0)
+    sizes = np.diff(np.searchsorted(begins, ends), prepend=0)
+    if len(folded) < _KEYED_FROM:
+        distinct, numbers = _by_dictionary(folded.split())
+        return distinct, numbers, sizes
+    lengths = np.flatnonzero(is_word & np.diff(is_word, append=False)) + 1 - begins  # from the last byte of each
+    short = lengths <= _KEY_BYTES
+    # At each byte, the little-endian 64-bit number of the 8 bytes from it on; a word's key keeps its own.
+    at = np.ndarray((len(folded),), dtype="<u8", buffer=folded + bytes(_KEY_BYTES - 1), strides=(1,))
+    keys = at[begins[short]] & _low_bytes()[lengths[short]]
+    vocabulary, short_numbers = np.unique(keys, return_inverse=True)
+    distinct = [word.decode("ascii") for word in vocabulary.astype("<u8").view(f"S{_KEY_BYTES}").tolist()]
+    numbers = np.empty(begins.size, dtype=np.int64)
+    numbers[short] = short_numbers.ravel()
+    if not short.all():  # the long words, in order: the batch with every short word blanked, split
+        edge = np.zeros(len(folded) + 1, dtype=np.int8)  # +1 where a short word begins, -1 after it
+        edge[begins[short]] = 1
+        edge[begins[short] + lengths[short]] = -1  # a separator: no word begins there
+        copy = np.frombuffer(folded, dtype=np.uint8).copy()
+        copy[np.cumsum(edge[:-1], dtype=np.int8) > 0] = 0x20
+        long_words, numbers[~short] = _by_dictionary(copy.tobytes().split(), len(distinct))
+        distinct += long_words
+    return distinct, numbers, sizes
+
+
+@cache
+def _low_bytes() -> np.ndarray:
+    """By length up to `_KEY_BYTES`, the mask of that many low bytes of a 64-bit key."""
+    import numpy as np
+
+    return np.array([(1 << 8 * length) - 1 for length in range(_KEY_BYTES + 1)], dtype=np.uint64)
 
 
 def _summed(keys: np.ndarray, weights: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:

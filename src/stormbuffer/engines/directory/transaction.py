@@ -94,9 +94,9 @@ class DirectoryTransaction:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
+    def get(self, record_id: str, *, guarded: bool = True, known: StoredRecord | None = None) -> StoredRecord:
         for path in (self.paths.records / f"{record_id}.md", self.catalog.path_of(record_id)):
-            item = self._read(path) if path is not None else None
+            item = self._read(path, known) if path is not None else None
             if item is not None and item.record.id == record_id:
                 if item.record.scope != self.scope:
                     raise ScopeDenied(record_id)
@@ -136,11 +136,14 @@ class DirectoryTransaction:
                 if not found or found & wanted_titles:
                     raise UnsafeWrite(name)
 
-    def _read(self, path: Path) -> StoredRecord | None:
-        """The record in `path` now (None when there is no such file); an invalid file is UnsafeWrite."""
+    def _read(self, path: Path, known: StoredRecord | None = None) -> StoredRecord | None:
+        """The record in `path` now (None when there is no such file); an invalid file is UnsafeWrite.
+        `known`: returned unparsed when `path` still holds its bytes (a large record is parsed once)."""
         data = read_or_none(path) if path.is_file() and not path.is_symlink() else None
         if data is None:
             return None
+        if known is not None and known.path == path and known.data == data:
+            return known
         try:
             return StoredRecord(parse_markdown(data, path.name), path, data)
         except RecordError:

@@ -220,7 +220,7 @@ class PostgreSQLTransaction:
 
         refresh_statistics(self.conn, DIMENSION)
 
-    def get(self, record_id: str, *, guarded: bool = True) -> StoredRecord:
+    def get(self, record_id: str, *, guarded: bool = True, known: StoredRecord | None = None) -> StoredRecord:
         from .schema import records
 
         found = self.store.rows(self.conn, records.c.id == record_id)
