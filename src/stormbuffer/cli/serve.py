@@ -199,15 +199,14 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             issuer = _issuer(oidc_issuer, oidc_audience, store.scope) if oidc_issuer and oidc_audience else None
 
             pages = routes()  # made before any fork: every worker signs the page's forms alike
+            from ..adapters.http.worker_memory import bound_memory
+            from ..auth.shared import reset
 
             def serve_team(worker: int | None = None, channel: socket.socket | None = None) -> None:
                 """The team server in this process: the one, or worker `worker` of several."""
                 bound_memory()
                 credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer, workers > 1)
                 loopback_server(store, sock, credentials, pages, tls, proxy, settings, worker, channel).run([sock])
-
-            from ..adapters.http.worker_memory import bound_memory
-            from ..auth.shared import reset
 
             try:
                 if workers > 1:
