@@ -1,5 +1,5 @@
 """What onnxruntime's CPU memory arena costs and buys a long-running server: one fresh process per
-setting opens the model (one intra-op thread, as each team server worker does: `for_workers`), embeds `--queries`
+setting opens the model (one intra-op thread, as each team server worker does: `for_team_server`), embeds `--queries`
 short queries (p50, and CPU a query: steadier on a busy machine), then `--long` texts near the
 model's 256-token limit in one call (as a write's chunks are), then the queries again. It notes the
 process's RSS after each step.
@@ -38,7 +38,7 @@ import json, sys, time
 from pathlib import Path
 setting, cache, queries, long_count = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
 from stormbuffer.embedding import sessions
-sessions.for_workers()
+sessions.for_team_server(forking=True)
 plain = sessions._options
 def options(*, optimize):
     chosen = plain(optimize=optimize)

@@ -1,6 +1,6 @@
 """What a team server worker's memory bounds (`worker_memory.bound_memory`) cost the model's work, and
 what they save: one fresh process per setting opens the model as a worker does
-(`sessions.for_workers`: one intra-op thread, no arena, a write's embedding on the writer thread),
+(`sessions.for_team_server(forking=True)`: one intra-op thread, no arena, a write's embedding on the writer thread),
 then embeds `--writes` times the `--long` texts near the model's 256-token limit of one write
 (one call, as a write's chunks are), each time on a new thread as the server's writes come on whichever
 thread is free, with `--queries` short queries after each write. It reports the CPU and wall time of a
@@ -43,7 +43,7 @@ setting, cache, queries = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]
 writes, long_count = int(sys.argv[4]), int(sys.argv[5])
 from stormbuffer.adapters.http.worker_memory import bound_memory
 from stormbuffer.embedding import load_embedder, sessions
-sessions.for_workers()
+sessions.for_team_server(forking=True)
 if setting != "plain":
     bound_memory()
 embedder = load_embedder(cache)

@@ -32,7 +32,7 @@ expected = alone.embed_spans(texts, spans)
 query = "when does the release pipeline roll back"
 expected_query = alone.embed([query])
 
-sessions.for_workers()
+sessions.for_team_server(forking=True)
 worker = load_embedder(cache)
 
 def same(got):

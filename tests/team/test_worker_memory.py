@@ -1,11 +1,13 @@
-"""A team server worker's memory after writes (`adapters/http/worker_memory.py`): a process that frees
+"""A team server process's memory after writes (`adapters/http/worker_memory.py`): a process that frees
 scattered memory gets it back from the trimming thread, its threads share a bounded number of malloc
-arenas, its SQLite memory is held under the soft limit, and `sbuf serve --team --workers 2` after a burst of
-large writes keeps each worker within a bound of what it held before, measured from /proc, while the
-written records are recalled."""
+arenas, its SQLite memory is held under the soft limit; `sbuf serve --team`, in one process as in each
+worker of `--workers 2`, runs with those bounds and the model's (as its log says, read back from the
+process); and `--workers 2` after a burst of large writes keeps each worker within a bound of what it
+held before, measured from /proc, while the written records are recalled."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -118,6 +120,9 @@ WORDS = ("the release pipeline checks the magnetar before tuesday deploys and ro
          "quasar cluster is patched on fridays after the backup finishes").split()  # fmt: skip
 WRITES = 6  # records of `CHUNKS` long paragraphs each
 CHUNKS = 16
+BOUNDS = re.compile(r"team server memory bounds pid=(\d+) (.*)")
+IN_FORCE = {"sqlite_soft_heap": str(SQLITE_SOFT_LIMIT), "malloc_arenas": str(ARENA_MAX), "trim": "on",
+            "model_arena": "off", "document_embeddings": "writer"}  # fmt: skip
 BOUND_MB = 96  # anonymous memory a worker may hold beyond what it held before the writes, once settled
 SETTLE_S = 30.0
 
@@ -169,3 +174,37 @@ def test_workers_give_back_what_a_burst_of_large_writes_took(team: Team) -> None
             break
         time.sleep(0.5)
     assert max(grown.values()) <= BOUND_MB, grown
+
+
+def bounds(log: list[str]) -> dict[int, dict[str, str]]:
+    """The memory bounds each process of a team server logged, by pid."""
+    found = BOUNDS.findall("".join(log))
+    return {int(pid): dict(field.split("=", 1) for field in fields.split()) for pid, fields in found}
+
+
+def test_one_process_team_server_runs_with_the_bounds(tmp_path: Path, acquired_models: Path) -> None:
+    box = sandbox_with_stores(tmp_path / "sandbox", acquired_models)
+    server = start(box, "--team")
+    try:
+        crew = Team(server)
+        crew.make("writer", "reviewer")
+        logged = bounds(server.log)
+        assert list(logged) == [server.process.pid], "".join(server.log)  # the one process, no worker
+        assert IN_FORCE.items() <= logged[server.process.pid].items()
+        record = {"title": "Bounded note kingfisher", "kind": "fact", "access": "agent",
+                  "sources": [{"kind": "conversation", "reference": "chat:bounds", "actor": "agent"}],
+                  "body": "\n\n".join(" ".join(WORDS) + f" kingfisher {n}." for n in range(4))}  # fmt: skip
+        written = crew.call("writer", "POST", "/v1/records", record)
+        assert written.status_code == 201, written.text
+        assert "Bounded note kingfisher" in recall(crew, "kingfisher release pipeline")
+    finally:
+        assert server.stop() == 0
+
+
+def test_each_worker_runs_with_the_bounds(team: Team) -> None:
+    pids = workers(team.server)
+    logged = bounds(team.server.log)
+    assert set(logged) == set(pids.values()), "".join(team.server.log)  # not the main process
+    for fields in logged.values():
+        assert IN_FORCE.items() <= fields.items()
+        assert fields["model_threads"] == "1"  # opened before the fork: onnxruntime starts no thread

@@ -199,22 +199,26 @@ def serve(address: str, port: int, team: bool, tls_cert: str | None, tls_key: st
             issuer = _issuer(oidc_issuer, oidc_audience, store.scope) if oidc_issuer and oidc_audience else None
 
             pages = routes()  # made before any fork: every worker signs the page's forms alike
+            from ..adapters.http.worker_memory import bound_memory
+            from ..auth.shared import reset
 
             def serve_team(worker: int | None = None, channel: socket.socket | None = None) -> None:
+                """The team server in this process: the one, or worker `worker` of several."""
+                bound_memory()
                 credentials = Credentials.for_team(TeamTokens(store.selected), public_url, issuer, workers > 1)
                 loopback_server(store, sock, credentials, pages, tls, proxy, settings, worker, channel).run([sock])
 
+            try:
+                if workers > 1:
+                    reset(store.selected.root)
+                store.prepare(workers)
+            except OSError as exc:
+                fail(f"could not start server: {exc.strerror or type(exc).__name__}")
             if workers == 1:
                 serve_team()
                 return
             from ..adapters.http.workers import serve_forked
-            from ..auth.shared import reset
 
-            try:
-                reset(store.selected.root)
-                store.preload()
-            except OSError as exc:
-                fail(f"could not start server: {exc.strerror or type(exc).__name__}")
             raise SystemExit(serve_forked(workers, sock, serve_team))
         click.echo(f"Review page: http://{shown}/sign-in?token={token}")
         loopback_server(store, sock, Credentials(token), routes()).run([sock])

@@ -34,7 +34,8 @@ EXTERNAL_MIN_BYTES = 1024
 # Fusions left out when optimising: onnxruntime's fused SkipLayerNormalization took 8-10 % of a
 # pass on this model, its Add and LayerNormalization apart about 2 % (bench/graph_speed.py).
 SKIPPED_FUSIONS = ["SkipLayerNormFusion"]
-_for_workers = False  # set by `for_workers`
+_team_server = False  # set by `for_team_server`
+_forking = False  # set by `for_team_server(forking=True)`
 
 
 def runtime() -> ModuleType:
@@ -125,31 +126,40 @@ def _options(*, optimize: bool) -> onnxruntime.SessionOptions:
     # shared machine spinning took both more CPU and more wall time per query (two threads, two cores).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only
-    options.enable_cpu_mem_arena = not _for_workers
+    options.enable_cpu_mem_arena = not _team_server
     return options
 
 
-def for_workers() -> None:
-    """Open this process's later sessions for a server of several worker processes forked after it
-    opens one: with one intra-op thread, onnxruntime starts no thread of its own (a forked child
-    would lack it; the workers are the parallelism), and without the memory arena, which would keep
-    in every worker the largest batch that worker ever embedded (bench/embedding_arena.py: a write
-    of 16 long chunks left 276 MB with it, 209 MB without, at the same CPU a query). Its embedders
-    run every document embedding on the writer thread (`writer_thread`)."""
-    global _for_workers
-    _for_workers = True
+def for_team_server(*, forking: bool) -> None:
+    """Open this process's later sessions for a team server (its one process, or the main process of
+    several workers before they fork): without onnxruntime's memory arena, which would keep the
+    largest batch the process ever embedded (bench/embedding_arena.py: a write of 16 long chunks left
+    276 MB with it, 209 MB without, at the same CPU a query), and with every document embedding of its
+    embedders on the writer thread (`writer_thread`). `forking`: the session is opened before worker
+    processes fork, so with one intra-op thread, and onnxruntime starts no thread of its own (a forked
+    child would lack it; the workers are the parallelism)."""
+    global _team_server, _forking
+    _team_server = True
+    _forking = _forking or forking
 
 
-def for_workers_set() -> bool:
-    """Whether `for_workers` was called in this process."""
-    return _for_workers
+def for_team_server_set() -> bool:
+    """Whether `for_team_server` was called in this process."""
+    return _team_server
+
+
+def described() -> str:
+    """This process's model settings, for a server's log."""
+    arena = "off" if _team_server else "on"
+    documents = "writer" if _team_server else "caller"
+    return f"model_arena={arena} model_threads={_threads()} document_embeddings={documents}"
 
 
 def _threads() -> int:
     """Half the cores, at most 4: a store is used alongside editors, agents and builds, and on a busy
     machine extra intra-op threads make onnxruntime slower, not faster (one core of two here). One
-    after `for_workers`."""
-    return 1 if _for_workers else max(1, min(4, (os.cpu_count() or 2) // 2))
+    before worker processes fork (`for_team_server`)."""
+    return 1 if _forking else max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def bulk_workers() -> int:

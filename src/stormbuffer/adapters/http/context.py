@@ -86,15 +86,18 @@ class StoreContext:
     def repository(self) -> Repository:
         return self.session.repository()
 
-    def preload(self) -> None:
-        """Before the workers of a team server fork: import what a request needs and open the model
-        (`sessions.for_workers`), so that every worker shares those pages instead of loading its own
-        copy. It starts no thread: a forked child would lack it."""
-        import stormbuffer.retrieval  # noqa: F401
-        from stormbuffer.embedding.sessions import for_workers
+    def prepare(self, workers: int) -> None:
+        """Before a team server of `workers` processes serves: its model to be opened with the team
+        server's bounds (`sessions.for_team_server`). With several workers, before they fork, also
+        import what a request needs and open the model, so that every worker shares those pages
+        instead of loading its own copy. It starts no thread: a forked child would lack it."""
+        from stormbuffer.embedding.sessions import for_team_server
 
-        for_workers()
-        self.session.embedder.get()
+        for_team_server(forking=workers > 1)
+        if workers > 1:
+            import stormbuffer.retrieval  # noqa: F401
+
+            self.session.embedder.get()
 
     def warm_up(self) -> None:
         """What the first read would do first: import the retrieval layer and sync the view's stores,

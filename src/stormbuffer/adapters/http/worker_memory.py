@@ -1,4 +1,5 @@
-"""Keeping a team server worker's memory near what it uses (`sbuf serve --team --workers N`).
+"""Keeping a team server process's memory near what it uses (`sbuf serve --team`: its one process,
+or each worker of `--workers N`; "worker" below).
 
 A worker that takes writes churns through memory it frees again: SQLite's page caches (a writer's
 may take 64 MiB while a write or a sync reads the projection), the buffers of embedding passes and
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+logger = logging.getLogger("stormbuffer.http")
 SQLITE_SOFT_LIMIT = 16 << 20  # bytes of SQLite memory (page caches above all) in one worker
 ARENA_MAX = 2  # malloc arenas in one worker: the main thread's and one shared by the others
 M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
@@ -37,19 +40,33 @@ TRIM_POLL_S = 1.0  # how often the trimming thread looks at the resident size
 
 
 def bound_memory() -> None:
-    """In a worker process, once, before it starts a thread: the SQLite limit and the arenas' bound
-    set, the trimming thread started."""
+    """In a team server process (its one process or each worker), once, before it starts a thread:
+    the SQLite limit and the arenas' bound set, the trimming thread started; the bounds in force logged
+    (`team server memory bounds pid=… sqlite_soft_heap=16777216 malloc_arenas=2 trim=on model_arena=off
+    model_threads=1 document_embeddings=writer`)."""
+    from stormbuffer.embedding.sessions import described
+
     limit_sqlite(SQLITE_SOFT_LIMIT)
-    limit_arenas(ARENA_MAX)
+    arenas = limit_arenas(ARENA_MAX)
     release = heap_release()
     if release is not None:
         threading.Thread(target=Trimmer(release).run, name="stormbuffer-trim", daemon=True).start()
+    logger.info("team server memory bounds pid=%d sqlite_soft_heap=%d malloc_arenas=%s trim=%s %s",
+                os.getpid(), sqlite_limit(), ARENA_MAX if arenas else "default", "on" if release else "off",
+                described())  # fmt: skip
 
 
 def limit_sqlite(limit: int) -> None:
     """Hold the SQLite memory of this process under `limit` bytes (a soft limit: no allocation fails)."""
     with contextlib.closing(sqlite3.connect(":memory:")) as conn:
         conn.execute(f"PRAGMA soft_heap_limit = {int(limit)}")
+
+
+def sqlite_limit() -> int:
+    """The SQLite soft heap limit of this process in bytes (0: none)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        limit: int = conn.execute("PRAGMA soft_heap_limit").fetchone()[0]
+    return limit
 
 
 def limit_arenas(count: int) -> bool:

@@ -1,6 +1,6 @@
 """Several worker processes serving one listening socket (`sbuf serve --team --workers N`).
 
-The main process binds the socket, opens what the workers share (`StoreContext.preload`), then
+The main process binds the socket, opens what the workers share (`StoreContext.prepare`), then
 forks the workers, each running the whole team server. It accepts every connection itself and hands
 them to the workers in turn, over a Unix socket pair each (`Handoff`): a client keeps its connection,
 so whichever worker accepted first would otherwise keep the clients that connect together. SIGINT
@@ -24,7 +24,6 @@ from collections.abc import Callable
 from types import FrameType
 
 from .server import SIGNALS
-from .worker_memory import bound_memory
 
 logger = logging.getLogger("stormbuffer.http")
 
@@ -145,7 +144,6 @@ class Handoff:
 def _worker(serve: Callable[[int, socket.socket], None], index: int, channel: socket.socket) -> int:
     """The exit status of worker `index` running `serve` on its `channel`."""
     try:
-        bound_memory()
         serve(index, channel)
         status = 0
     except SystemExit as exc:
