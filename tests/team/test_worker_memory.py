@@ -122,7 +122,7 @@ WRITES = 6  # records of `CHUNKS` long paragraphs each
 CHUNKS = 16
 BOUNDS = re.compile(r"team server memory bounds pid=(\d+) (.*)")
 IN_FORCE = {"sqlite_soft_heap": str(SQLITE_SOFT_LIMIT), "malloc_arenas": str(ARENA_MAX), "trim": "on",
-            "model_arena": "off", "document_embeddings": "writer"}  # fmt: skip
+            "model_arena": "off"}  # fmt: skip
 BOUND_MB = 96  # anonymous memory a worker may hold beyond what it held before the writes, once settled
 SETTLE_S = 30.0
 
@@ -191,6 +191,7 @@ def test_one_process_team_server_runs_with_the_bounds(tmp_path: Path, acquired_m
         logged = bounds(server.log)
         assert list(logged) == [server.process.pid], "".join(server.log)  # the one process, no worker
         assert IN_FORCE.items() <= logged[server.process.pid].items()
+        assert logged[server.process.pid]["document_embeddings"] == "caller"  # writes do not queue behind reads
         record = {"title": "Bounded note kingfisher", "kind": "fact", "access": "agent",
                   "sources": [{"kind": "conversation", "reference": "chat:bounds", "actor": "agent"}],
                   "body": "\n\n".join(" ".join(WORDS) + f" kingfisher {n}." for n in range(4))}  # fmt: skip
@@ -208,3 +209,4 @@ def test_each_worker_runs_with_the_bounds(team: Team) -> None:
     for fields in logged.values():
         assert IN_FORCE.items() <= fields.items()
         assert fields["model_threads"] == "1"  # opened before the fork: onnxruntime starts no thread
+        assert fields["document_embeddings"] == "writer"

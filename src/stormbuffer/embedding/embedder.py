@@ -11,7 +11,7 @@ import numpy as np
 from .cache import TOKENIZER_FILE, installed_model, reading
 from .errors import EmbedderInitError, EmbeddingFailed
 from .manifest import ModelManifest
-from .sessions import bulk_workers, for_team_server_set, open_session
+from .sessions import bulk_workers, documents_on_writer, open_session
 from .tokens import TokenCounter
 from .writer_thread import WRITER, WriterThread
 
@@ -271,5 +271,5 @@ def load(cache_dir: Path, variant: str) -> Embedder:
         tokens = TokenCounter.from_json(tokenizer_json)
     except ValueError as exc:
         raise EmbedderInitError("the cached tokenizer is damaged; run `sbuf init` to repair it") from exc
-    documents = WRITER if for_team_server_set() else None  # a team server's document embeddings: one thread, one arena
+    documents = WRITER if documents_on_writer() else None  # a team worker's: one thread, one arena
     return Embedder(session, tokens, manifest, graph_file, workers=bulk_workers(), documents=documents)

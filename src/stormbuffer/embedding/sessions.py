@@ -134,24 +134,27 @@ def for_team_server(*, forking: bool) -> None:
     """Open this process's later sessions for a team server (its one process, or the main process of
     several workers before they fork): without onnxruntime's memory arena, which would keep the
     largest batch the process ever embedded (bench/embedding_arena.py: a write of 16 long chunks left
-    276 MB with it, 209 MB without, at the same CPU a query), and with every document embedding of its
-    embedders on the writer thread (`writer_thread`). `forking`: the session is opened before worker
-    processes fork, so with one intra-op thread, and onnxruntime starts no thread of its own (a forked
-    child would lack it; the workers are the parallelism)."""
+    276 MB with it, 209 MB without, at the same CPU a query). `forking`: the session is opened before
+    worker processes fork, so with one intra-op thread, and onnxruntime starts no thread of its own (a
+    forked child would lack it; the workers are the parallelism); and each worker's embedders run every
+    document embedding on its writer thread (`writer_thread`), one batch at a time. One process keeps
+    them on the asking thread: there the writer thread cost writes (queued behind the reads' batches)
+    and saved no memory (docs/team.md, "Memory of one process")."""
     global _team_server, _forking
     _team_server = True
     _forking = _forking or forking
 
 
-def for_team_server_set() -> bool:
-    """Whether `for_team_server` was called in this process."""
-    return _team_server
+def documents_on_writer() -> bool:
+    """Whether this process's embedders run document embeddings on the writer thread (a team server's
+    workers, `for_team_server(forking=True)`)."""
+    return _forking
 
 
 def described() -> str:
     """This process's model settings, for a server's log."""
     arena = "off" if _team_server else "on"
-    documents = "writer" if _team_server else "caller"
+    documents = "writer" if _forking else "caller"
     return f"model_arena={arena} model_threads={_threads()} document_embeddings={documents}"
 
 

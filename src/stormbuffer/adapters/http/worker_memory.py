@@ -10,8 +10,10 @@ private to the worker. Four bounds keep it down (measured in docs/team.md, "Memo
 - SQLite's memory is held under `SQLITE_SOFT_LIMIT` for the whole process (`PRAGMA soft_heap_limit`):
   past it, a connection's page cache reuses its own pages instead of growing, so no large write or
   full check leaves 64 MiB of freed cache pages behind;
-- every write, and every document embedding, runs on the one writer thread
-  (`embedding.writer_thread`), so that their large blocks come from one arena, reused write after write;
+- every write runs on the one writer thread (`embedding.writer_thread`), and in a worker of several
+  so does every document embedding, so that their large blocks come from one arena, reused write after
+  write (in one process the embeddings stay on the asking thread: there the writer thread saved no
+  memory and made writes queue behind the reads' embedding batches);
 - the other threads (requests, query embeddings) share at most `ARENA_MAX` arenas (glibc's
   `M_ARENA_MAX`; by default one per thread up to 8 per core), so that what one frees another reuses
   instead of each keeping its own;
@@ -43,7 +45,7 @@ def bound_memory() -> None:
     """In a team server process (its one process or each worker), once, before it starts a thread:
     the SQLite limit and the arenas' bound set, the trimming thread started; the bounds in force logged
     (`team server memory bounds pid=… sqlite_soft_heap=16777216 malloc_arenas=2 trim=on model_arena=off
-    model_threads=1 document_embeddings=writer`)."""
+    model_threads=1 document_embeddings=writer` in a worker of several)."""
     from stormbuffer.embedding.sessions import described
 
     limit_sqlite(SQLITE_SOFT_LIMIT)
