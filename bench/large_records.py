@@ -102,13 +102,14 @@ def context(cwd: Path, env: dict[str, str], query: str) -> tuple[float, dict[str
     return spent, json.loads(out)
 
 
-def build(work: Path) -> tuple[Path, StorePaths, dict[str, str]]:
-    """A project store of `NOTES` small notes, synced with vectors."""
+def build(work: Path, python_path: Path | None = None) -> tuple[Path, StorePaths, dict[str, str]]:
+    """A project store of `NOTES` small notes, synced with vectors; with `python_path`, written (and
+    later driven) by the source found there instead of this one."""
     if work.exists():
         shutil.rmtree(work)
     project = work / "project"
     project.mkdir(parents=True)
-    env = environment(work)
+    env = environment(work) | ({"PYTHONPATH": str(python_path)} if python_path is not None else {})
     paths = resolve_store(View.PROJECT, project, PlatformDirs(work / "data", work / "cache"))
     initialize_store(paths)
     say("acquiring the model …")

@@ -9,9 +9,14 @@ process reading and writing those bytes). Medians are reported, wall seconds and
 system: on a shared host it moves far less than wall time with the load), with each step's ratio
 to `sbuf --version` and the seconds each megabyte adds over the 10 KB record (`extra_s_per_mb`).
 
+With `--before DIR` (the root of another version's source, say `git archive main | tar -x -C DIR`)
+a second store is built and driven by that version (`PYTHONPATH=DIR/src`), and every round runs both,
+one after the other in alternating order, so that both see the same load; the table and the JSON
+then hold both (`before` beside `results`).
+
 Prints a table and writes bench/results/large_writes.json (or `--out`).
 
-Usage: python bench/large_writes.py [--sizes 10000,1000000,5000000] [--repeats 3] [--out FILE]
+Usage: python bench/large_writes.py [--sizes 10000,1000000,5000000] [--repeats 3] [--out FILE] [--before DIR]
 """
 
 from __future__ import annotations
@@ -82,14 +87,54 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sbuf-large-writes-bench")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--before", type=Path, help="another version's source root, run alternately with this one")
     options = parser.parse_args()
     started = time.monotonic()
     project, _paths, env = build(options.work)
+    sides = {"results": (options.work, project, env)}  # each side: its work directory, project and environment
+    if options.before is not None:
+        work = options.work.with_name(options.work.name + "-before")
+        before_project, _paths, before_env = build(work, options.before.resolve() / "src")
+        sides["before"] = (work, before_project, before_env)
     version = statistics.median(run(["--version"], project, env)[0] for _ in range(5))
-    rows: list[dict[str, Any]] = []
-    for size in (int(value) for value in options.sizes.split(",")):
+    rounds: dict[tuple[str, int], list[dict[str, float]]] = {}
+    sizes = [int(value) for value in options.sizes.split(",")]
+    for size in sizes:
         say(f"{size:,} bytes …")
-        rounds = [one_round(project, env, size, options.work) for _ in range(max(options.repeats, 1))]
+        for number in range(max(options.repeats, 1)):
+            for side in sorted(sides, reverse=number % 2 == 1):  # "before" first in even rounds
+                work, side_project, side_env = sides[side]
+                rounds.setdefault((side, size), []).append(one_round(side_project, side_env, size, work))
+    report: dict[str, Any] = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "version_s": round(version, 4),
+        "repeats": options.repeats,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    for side in sorted(sides, reverse=True):
+        report[side] = summary([rounds[(side, size)] for size in sizes], sizes, version)
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"sbuf --version: {version:.3f} s (median of 5)")
+    for side in sorted(sides, reverse=True):
+        rows = report[side]
+        if len(sides) > 1:
+            print(f"{side}:")
+        print(f"{'size':>10}" + "".join(f"{step:>13}" for step in STEPS))
+        for row in rows:
+            print(f"{row['size_bytes']:>10,}" + "".join(f"{row[step]:>13.3f}" for step in STEPS))
+        for row in rows[1:]:
+            extra = ", ".join(f"{step} {value:.2f}" for step, value in row["extra_s_per_mb"].items())
+            print(f"{row['size_bytes']:>10,}: seconds per MB over the smallest: {extra}")
+    print(f"load average: {report['machine']['load_average_at_end']}; saved to {options.out}")
+
+
+def summary(by_size: list[list[dict[str, float]]], sizes: list[int], version: float) -> list[dict[str, Any]]:
+    """Per size, the median of each step over the rounds, each wall time's ratio to `sbuf --version`,
+    and past the first size the seconds each megabyte adds over it."""
+    rows: list[dict[str, Any]] = []
+    for size, rounds in zip(sizes, by_size, strict=True):
         row: dict[str, Any] = {"size_bytes": size}
         for step in STEPS:
             row[step] = round(statistics.median(r[step] for r in rounds), 4)
@@ -100,24 +145,7 @@ def main() -> None:
     for row in rows[1:]:
         megabytes = (row["size_bytes"] - small["size_bytes"]) / 1e6
         row["extra_s_per_mb"] = {step: round((row[step] - small[step]) / megabytes, 3) for step in STEPS}
-    report = {
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "version_s": round(version, 4),
-        "repeats": options.repeats,
-        "seconds": round(time.monotonic() - started, 1),
-        "results": rows,
-    }
-    options.out.parent.mkdir(parents=True, exist_ok=True)
-    options.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"sbuf --version: {version:.3f} s (median of 5)")
-    print(f"{'size':>10}" + "".join(f"{step:>13}" for step in STEPS))
-    for row in rows:
-        print(f"{row['size_bytes']:>10,}" + "".join(f"{row[step]:>13.3f}" for step in STEPS))
-    for row in rows[1:]:
-        extra = ", ".join(f"{step} {value:.2f}" for step, value in row["extra_s_per_mb"].items())
-        print(f"{row['size_bytes']:>10,}: seconds per MB over the smallest: {extra}")
-    print(f"load average: {report['machine']['load_average_at_end']}; saved to {options.out}")
+    return rows
 
 
 if __name__ == "__main__":

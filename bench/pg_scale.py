@@ -34,14 +34,21 @@ a warm model and a freshness registry):
 `sbuf --version` is timed in the same run. Progress goes to stderr (a line per batch and every
 `HEARTBEAT` seconds during index builds). Saves bench/results/pg_scale-N.json.
 
+`--keep DIR` keeps the server and the store in a new folder DIR; `--reuse DIR` measures them again
+without loading (`--writes 0` leaves the kept database as it is); `--hnsw M/EF_CONSTRUCTION` builds
+the HNSW index with other settings than the engine's (dropping one built otherwise), and
+`--ef-sweep 100,200,400` adds HNSW recall@10 with those least ef_search values.
+
 Usage: python bench/pg_scale.py [--records 10000] [--queries 200] [--writes 100] [--sample 256]
        [--batch 2000] [--hnsw-memory 4GB] [--shared-buffers 1GB] [--short [--data ../shared/bench]]
+       [--keep DIR | --reuse DIR] [--hnsw 16/64] [--ef-sweep 100,200,400]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -421,19 +428,35 @@ def load(
             "statistics_s": statistics_s, "totals": totals}  # fmt: skip
 
 
-def build_hnsw(engine: Any, memory: str) -> float:
-    """The engine's HNSW index (`ensure_vector_index`), built in memory by one maintenance worker at most."""
+def build_hnsw(engine: Any, memory: str, settings: tuple[int, int]) -> float:
+    """The engine's HNSW index (`ensure_vector_index`) with `settings` (m, ef_construction), built in
+    memory by one maintenance worker at most; an index already there with other settings is dropped first."""
     from sqlalchemy import text
 
-    from stormbuffer.engines.postgresql.projecting import ensure_vector_index
+    from stormbuffer.engines.postgresql.projecting import HNSW_INDEX, ensure_vector_index
 
     started = time.perf_counter()
     with heartbeat("building the HNSW index"), engine.begin() as conn:
+        if hnsw_built(engine) not in (None, settings):
+            conn.execute(text(f"DROP INDEX {SCHEMA}.{HNSW_INDEX}"))
         conn.execute(text(f"SET LOCAL maintenance_work_mem = '{memory}'"))
         conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 1"))
-        if not ensure_vector_index(conn):
+        if not ensure_vector_index(conn, m=settings[0], ef_construction=settings[1]):
             say("fewer vectors than HNSW_FROM: searches stay exact")
     return time.perf_counter() - started
+
+
+def hnsw_built(engine: Any) -> tuple[int, int] | None:
+    """(m, ef_construction) of the HNSW index in the database, None when there is none."""
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        options = conn.execute(text("SELECT reloptions FROM pg_class WHERE oid = to_regclass("
+                                    "'stormbuffer.projection_chunks_embedding_hnsw')")).scalar()  # fmt: skip
+    if options is None:
+        return None
+    found = dict(option.split("=", 1) for option in options)
+    return int(found["m"]), int(found["ef_construction"])
 
 
 def same_as_engine(engine: Any, scope: str, embedder: Any, make: Any, count: int) -> bool:
@@ -498,17 +521,20 @@ def recalls(session: Any, queries: list[str], real: Any) -> dict[str, Any]:
             "slowest": [{"query": query, "ms": round(1000 * value, 1)} for value, query in slowest]}  # fmt: skip
 
 
-def hnsw_recall(engine: Any, paths: Any, scope: str, queries: list[str], real: Any) -> dict[str, Any]:
+def hnsw_recall(engine: Any, paths: Any, scope: str, queries: list[str], real: Any, sweep: list[int]) -> dict[str, Any]:
     """Recall@10 (the 10 nearest records' chunks) of the normal reader against the `exact=True` reader: when
     asked for 10 records, and when asked for a hybrid recall's depth (`CANDIDATE_RECORDS`), whose
-    first 10 are what fusion sees first."""
+    first 10 are what fusion sees first; then for 10 records with each of `sweep` as the fewest
+    candidates a search considers (`projection.MIN_EF_SEARCH`, set for the measurement only)."""
     from stormbuffer.engines.postgresql import projection as pg
     from stormbuffer.retrieval.hits import SearchOptions
     from stormbuffer.retrieval.search import CANDIDATE_RECORDS, effective_options
 
     options = effective_options([paths], SearchOptions(limit=10, mode="hybrid"))
     reading = partial(pg.reading, engine, scope, paths.root)
-    depths = {"10_records": 10, f"{CANDIDATE_RECORDS}_records": CANDIDATE_RECORDS}
+    engine_least = pg.MIN_EF_SEARCH
+    depths = {"10_records": (10, engine_least), f"{CANDIDATE_RECORDS}_records": (CANDIDATE_RECORDS, engine_least),
+              **{f"10_records_ef_search_{least}": (10, least) for least in sweep}}  # fmt: skip
     shares: dict[str, list[float]] = {name: [] for name in depths}
     tied: dict[str, list[float]] = {name: [] for name in depths}
     times: dict[str, list[float]] = {"exact": [], **{f"index_{name}": [] for name in depths}}
@@ -523,20 +549,25 @@ def hnsw_recall(engine: Any, paths: Any, scope: str, queries: list[str], real: A
         wanted = exact.chunks
         # a chunk as near as the exact 10th is as good as it (equal distances order by chunk id only in exact)
         bar = min(exact.similarities, default=1.0) - 1e-6
-        for name, depth in depths.items():
-            with reading() as projection:
-                indexed = indexed or projection.indexed
-                search = projection.vector_search(real)
-                assert search is not None
-                started = time.perf_counter()
-                found = search.nearest(vector, options, depth)
-                times[f"index_{name}"].append(time.perf_counter() - started)
+        for name, (depth, least) in depths.items():
+            pg.MIN_EF_SEARCH = least
+            try:
+                with reading() as projection:
+                    indexed = indexed or projection.indexed
+                    search = projection.vector_search(real)
+                    assert search is not None
+                    started = time.perf_counter()
+                    found = search.nearest(vector, options, depth)
+                    times[f"index_{name}"].append(time.perf_counter() - started)
+            finally:
+                pg.MIN_EF_SEARCH = engine_least
             shares[name].append(len(set(found.chunks[:10]) & set(wanted)) / max(1, len(wanted)))
             near = sum(value >= bar for value in found.similarities[:10])
             tied[name].append(min(len(wanted), near) / max(1, len(wanted)))
     return {"recall_at_10": {name: round(statistics.mean(values), 4) for name, values in shares.items()},
             "recall_at_10_ties_equal": {name: round(statistics.mean(values), 4) for name, values in tied.items()},
-            "ef_search": {name: max(40, min(pg.MAX_EF_SEARCH, 4 * depth)) for name, depth in depths.items()},
+            "ef_search": {name: max(least, min(pg.MAX_EF_SEARCH, 4 * depth))
+                          for name, (depth, least) in depths.items()},
             "hnsw_used": indexed, "nearest_ms": {name: ms(values) for name, values in times.items()}}  # fmt: skip
 
 
@@ -660,6 +691,11 @@ def tune(server: PostgresServer, shared_buffers: str) -> None:
     server._run(server.programs / "pg_ctl", "-D", server.data, "-l", server.base / "server.log", "-w", "restart")
 
 
+def hnsw_option(value: str) -> tuple[int, int]:
+    m, ef_construction = (int(part) for part in value.split("/"))
+    return m, ef_construction
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=10_000)
@@ -683,7 +719,18 @@ def main() -> None:
         "vectors (bench/short_records.py), queried by held-out real questions and claims",
     )
     parser.add_argument("--data", type=Path, default=DEFAULT, help="the benchmark data (--short's queries)")
+    parser.add_argument("--hnsw", type=hnsw_option, help="M/EF_CONSTRUCTION of the HNSW index (default: the engine's)")
+    parser.add_argument(
+        "--ef-sweep",
+        type=lambda value: [int(part) for part in value.split(",")],
+        default=[],
+        help="also measure HNSW recall@10 with these least ef_search values (comma-separated)",
+    )
+    parser.add_argument("--keep", type=Path, help="build in this new folder and keep the database there")
+    parser.add_argument("--reuse", type=Path, help="measure the database a --keep run left in this folder")
     args = parser.parse_args()
+    if args.keep and (args.reuse or args.keep.exists()):
+        parser.error("--keep wants a new folder, and no --reuse")
 
     from sqlalchemy import create_engine
 
@@ -691,20 +738,25 @@ def main() -> None:
     from stormbuffer.core.stores import DATABASE_URL_ENV, PlatformDirs, View, initialize_store, resolve_store
     from stormbuffer.embedding import acquire_model, load_embedder
     from stormbuffer.engines.postgresql.projecting import HNSW_EF_CONSTRUCTION, HNSW_FROM, HNSW_M
+    from stormbuffer.engines.postgresql.projection import MIN_EF_SEARCH
     from stormbuffer.index.freshness import FreshnessRegistry
+    from stormbuffer.index.projection import model_identity
     from stormbuffer.protocol.session import Session
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the server and its files go too
     version = version_seconds()
-    saved = RESULTS / f"pg_scale-{'short-' if args.short else ''}{args.records}.json"
+    tried = f"-m{args.hnsw[0]}-ef{args.hnsw[1]}" if args.hnsw else ""
+    saved = RESULTS / f"pg_scale-{'short-' if args.short else ''}{args.records}{tried}.json"
 
     def milestone(reached: dict[str, Any]) -> None:  # what a long run reached, should it not finish
         save(saved, {"records_wanted": args.records, "sbuf_version_s": round(version, 3), **reached,
                      "load_average": list(os.getloadavg())})  # fmt: skip
 
-    work = Path(tempfile.mkdtemp(prefix="sbuf-pg-scale-"))
-    for folder in ("home", "data", "cache", "project"):
-        (work / folder).mkdir()
+    kept = args.keep or args.reuse
+    work = kept / "work" if kept else Path(tempfile.mkdtemp(prefix="sbuf-pg-scale-"))
+    if not args.reuse:
+        for folder in ("home", "data", "cache", "project"):
+            (work / folder).mkdir(parents=True)
     os.environ.update(HOME=str(work / "home"), XDG_DATA_HOME=str(work / "data"), XDG_CACHE_HOME=str(work / "cache"),
                       STORMBUFFER_NO_DAEMON="1")  # fmt: skip
     dirs = PlatformDirs(work / "data", work / "cache")
@@ -714,26 +766,37 @@ def main() -> None:
     sample = None if args.short else real.embed([make_record(i, "project:x").body[:400] for i in range(args.sample)])
     embedder, make = source(real, sample, args.records if args.short else 0)
     say("starting PostgreSQL (tests/postgres.py) …")
-    server = PostgresServer.start()
+    server = PostgresServer.resume(kept / "pg") if args.reuse else PostgresServer.start(kept / "pg" if kept else None)
     try:
-        tune(server, args.shared_buffers)
-        url = server.create_database()
-        os.environ[DATABASE_URL_ENV] = url
         paths = resolve_store(View.PROJECT, work / "project", dirs)
-        initialize_store(paths, engine="postgresql")
+        if args.reuse:
+            built = json.loads((kept / "kept.json").read_text())
+            url = os.environ[DATABASE_URL_ENV] = server.socket_url(built["database"])
+            loaded, load_build_s = built["loaded"], built["load_build_s"]
+            say(f"measuring the {loaded['totals']['records']:,} records kept in {kept}")
+        else:
+            tune(server, args.shared_buffers)
+            url = os.environ[DATABASE_URL_ENV] = server.create_database()
+            initialize_store(paths, engine="postgresql")
+            say(f"loading {args.records:,} records in batches of {args.batch:,} …")
+            started = time.perf_counter()
+            loaded = load(url, Repository(paths).scope, args.records, dirs.shared_cache, sample,
+                          args.records if args.short else 0, identity=model_identity(real), batch=args.batch,
+                          workers=args.workers, guard=server.base, seconds=args.load_seconds)  # fmt: skip
+            load_build_s = time.perf_counter() - started
+            milestone({"reached": "loaded", **loaded["totals"], "load_s": round(loaded["load_s"], 1)})
         scope = Repository(paths).scope
-        say(f"loading {args.records:,} records in batches of {args.batch:,} …")
-        started = time.perf_counter()
-        from stormbuffer.index.projection import model_identity
-
-        loaded = load(url, scope, args.records, dirs.shared_cache, sample, args.records if args.short else 0,
-                      identity=model_identity(real),
-                      batch=args.batch, workers=args.workers, guard=server.base, seconds=args.load_seconds)  # fmt: skip
-        milestone({"reached": "loaded", **loaded["totals"], "load_s": round(loaded["load_s"], 1)})
         engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-        hnsw_s = build_hnsw(engine, args.hnsw_memory)
-        build_s = time.perf_counter() - started
-        say(f"HNSW index in {hnsw_s:.1f} s; the whole build in {build_s:.1f} s")
+        settings = args.hnsw or (HNSW_M, HNSW_EF_CONSTRUCTION)
+        rebuilt = hnsw_built(engine) != settings
+        hnsw_s = build_hnsw(engine, args.hnsw_memory, settings) if rebuilt else built["hnsw_s"]
+        build_s = load_build_s + hnsw_s
+        say(f"HNSW index (m {settings[0]}, ef_construction {settings[1]}) in {hnsw_s:.1f} s"
+            f"{'' if rebuilt else ' (kept)'}; the whole build in {build_s:.1f} s")  # fmt: skip
+        if kept and rebuilt:
+            (kept / "kept.json").write_text(json.dumps({"database": url.split("@/", 1)[1].split("?", 1)[0],
+                                                        "loaded": loaded, "load_build_s": load_build_s,
+                                                        "hnsw_s": hnsw_s}))  # fmt: skip
         milestone({"reached": "indexed", **loaded["totals"], "load_s": round(loaded["load_s"], 1),
                    "hnsw_index_s": round(hnsw_s, 1), "build_s": round(build_s, 1), **sizes(engine)})  # fmt: skip
         same = same_as_engine(engine, scope, embedder, make, loaded["totals"]["records"])
@@ -743,9 +806,9 @@ def main() -> None:
         say("recall …")
         recall = recalls(session, queries, real)
         say("HNSW recall@10 against exact …")
-        accuracy = hnsw_recall(engine, paths, scope, queries, real)
+        accuracy = hnsw_recall(engine, paths, scope, queries, real, args.ef_sweep)
         say("warm remember …")
-        writes = remembers(session, args.writes)
+        writes = remembers(session, args.writes) if args.writes else {}
         measured_sizes = sizes(engine)
         plans: dict[str, Any] = {}
         for query in [item["query"] for item in recall["slowest"]] + queries[:1]:
@@ -756,16 +819,17 @@ def main() -> None:
         session.freshness.close()
         engine.dispose()
     finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        server.stop(remove=not kept)
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
     rounded = {name: round(value, 1) for name, value in loaded["copy_s"].items()}
     report = {
         "records_wanted": args.records, **loaded["totals"],
         "vectors_are": short_vectors(args.records) if args.short else (
             f"unit mixes of three of {args.sample} real-model vectors (hash-chosen and weighted) per chunk and "
             "sentence (labelled: not the model's own vectors); queries embedded by the real model"),
-        "hnsw": {"from_vectors": HNSW_FROM, "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION,
-                 "ef_search": "max(40, 4 × wanted records), iterative scan relaxed_order (projection.py)"},
+        "hnsw": {"from_vectors": HNSW_FROM, "m": settings[0], "ef_construction": settings[1],
+                 "ef_search": f"max({MIN_EF_SEARCH}, 4 × wanted records), iterative scan relaxed_order"},
         "recall": recall, "hnsw_vs_exact": accuracy, "remember_ms": writes,
         "build_s": {"load_wall": round(loaded["load_s"], 1), "index_rebuild": round(sum(loaded["indexes"].values()), 1),
                     "statistics": round(loaded["statistics_s"], 1), "hnsw_index": round(hnsw_s, 1),
@@ -780,19 +844,17 @@ def main() -> None:
                    "max_parallel_maintenance_workers": 1},
         "sbuf_version_s": round(version, 3),
         "ratios_to_version": {"recall_p50": round(recall["hybrid_ms"]["p50"] / 1000 / version, 2),
-                              "remember_p50": round(writes["p50"] / 1000 / version, 2)},
+                              "remember_p50": round(writes["p50"] / 1000 / version, 2) if writes else None},
         "load_average": list(os.getloadavg()),
         "explained": plans,
     }  # fmt: skip
     save(saved, report)
     print(f"{loaded['totals']['records']:,} records: recall p50 {recall['hybrid_ms']['p50']} ms, HNSW recall@10 "
-          f"{accuracy['recall_at_10']}, remember p50 {writes['p50']} ms, build {build_s:.0f} s, "
+          f"{accuracy['recall_at_10']}, remember p50 {writes.get('p50')} ms, build {build_s:.0f} s, "
           f"database {measured_sizes['database_mb']} MB, sbuf --version {version * 1000:.0f} ms")  # fmt: skip
 
 
 def _json(value: object) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 

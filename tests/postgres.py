@@ -52,13 +52,16 @@ def _open_to_others(path: Path) -> bool:
 
 def _copied(programs: Path, site: Path) -> Path:
     """The programs copied below `site` with the libraries they load (from `<package>.libs` beside the
-    package, which their run path names relative to themselves); returns the new programs directory."""
+    package, which their run path names relative to themselves), unless a kept server's folder has them
+    already; returns the new programs directory."""
     install, package = programs.parent, programs.parent.parent
-    shutil.copytree(install, site / package.name / install.name, symlinks=True)
-    libraries = package.with_name(f"{package.name}.libs")
-    if libraries.is_dir():
-        shutil.copytree(libraries, site / libraries.name, symlinks=True)
-    return site / package.name / install.name / programs.name
+    copied = site / package.name / install.name
+    if not copied.is_dir():
+        shutil.copytree(install, copied, symlinks=True)
+        libraries = package.with_name(f"{package.name}.libs")
+        if libraries.is_dir():
+            shutil.copytree(libraries, site / libraries.name, symlinks=True)
+    return copied / programs.name
 
 
 def _free_port() -> int:
@@ -86,11 +89,10 @@ class PostgresServer:
         return self.base / "run"
 
     @classmethod
-    def start(cls) -> PostgresServer:
-        """initdb, start, `CREATE EXTENSION vector` in template1; PostgresUnavailable on any failure."""
-        programs = bin_dir()
-        base = Path(tempfile.mkdtemp(prefix="sbuf-pg-"))
-        server = cls(base, _free_port(), programs)
+    def start(cls, base: Path | None = None) -> PostgresServer:
+        """initdb (in `base`, an empty folder, else a new temporary one), start, `CREATE EXTENSION vector` in
+        template1; PostgresUnavailable on any failure."""
+        server = cls(base or Path(tempfile.mkdtemp(prefix="sbuf-pg-")), _free_port(), bin_dir())
         try:
             server._start()
         except BaseException:
@@ -98,26 +100,43 @@ class PostgresServer:
             raise
         return server
 
+    @classmethod
+    def resume(cls, base: Path) -> PostgresServer:
+        """Start again, on a new port, the server whose files `start(base)` made and `stop(remove=False)` kept."""
+        server = cls(base, _free_port(), bin_dir())
+        server._run_as_owner()
+        server._serve()
+        return server
+
     def _start(self) -> None:
+        self.base.mkdir(exist_ok=True)
         self.data.mkdir()
         self.sockets.mkdir()
         password = self.base / "password"
         password.write_text(PASSWORD)
-        if os.geteuid() == 0:
-            nobody = pwd.getpwnam("nobody")
-            self._as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+        self._run_as_owner()
+        if self._as:
             for path in (self.base, self.data, self.sockets, password):
-                os.chown(path, nobody.pw_uid, nobody.pw_gid)
-            if not _open_to_others(self.programs):  # e.g. a virtual environment under root's private home
-                self.programs = _copied(self.programs, self.base / "site")
+                os.chown(path, self._as["user"], self._as["group"])
         self._run(self.programs / "initdb", "-D", self.data, "-U", USER, "--pwfile", password, "-E", "UTF8",
                   "--locale", "C", "--auth-local", "trust", "--auth-host", "scram-sha-256", "--no-sync",
                   "--no-instructions")  # fmt: skip
         password.unlink()
+        self._serve()
+        self.execute("CREATE EXTENSION IF NOT EXISTS vector", database="template1")
+
+    def _run_as_owner(self) -> None:
+        """As root, run the server as `nobody` (PostgreSQL refuses root), from programs it can read."""
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            self._as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+            if not _open_to_others(self.programs):  # e.g. a virtual environment under root's private home
+                self.programs = _copied(self.programs, self.base / "site")
+
+    def _serve(self) -> None:
         options = f"-k {self.sockets} -h 127.0.0.1 -p {self.port} -F -c max_connections=200"
         self._run(self.programs / "pg_ctl", "-D", self.data, "-l", self.base / "server.log", "-w", "-t",
                   str(START_TIMEOUT), "-o", options, "start")  # fmt: skip
-        self.execute("CREATE EXTENSION IF NOT EXISTS vector", database="template1")
 
     def _run(self, *command: object) -> None:
         try:
@@ -160,12 +179,13 @@ class PostgresServer:
         self.execute(f"CREATE DATABASE {name} TEMPLATE {source} STRATEGY FILE_COPY")
         return self.socket_url(name)
 
-    def stop(self) -> None:
-        """Stop the server (fast shutdown) and remove its directory."""
+    def stop(self, *, remove: bool = True) -> None:
+        """Stop the server (fast shutdown) and remove its directory (unless `remove` is false)."""
         if (self.data / "postmaster.pid").is_file():
             try:
                 subprocess.run([str(self.programs / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
                                capture_output=True, timeout=60, **self._as)  # fmt: skip
             except (OSError, subprocess.SubprocessError):
                 pass
-        shutil.rmtree(self.base, ignore_errors=True)
+        if remove:
+            shutil.rmtree(self.base, ignore_errors=True)

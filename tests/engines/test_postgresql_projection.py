@@ -221,7 +221,7 @@ def test_postings_are_read_from_their_covering_key_and_an_older_key_is_rebuilt(l
     scope = record_scope(loaded.paths)
     with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         projection.rows(text("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"))  # a small table
-        values = {"store": scope, "terms": ["releas"], "lows": [], "highs": [], "total": 1000}
+        values = {"store": scope, "terms": ["releas"], "lows": [], "highs": [], "total": 1000, "packed": ["releas"]}
         assert "Index Only Scan using projection_postings_pkey" in plan_of(projection, statements.OWN, values)
     sqlite, postgres = both(loaded, "deploy release build", SearchOptions(limit=10, mode="lexical"))
     assert sqlite.hits
@@ -351,6 +351,30 @@ def test_a_term_in_half_the_chunks_is_not_read_when_a_rarer_one_matches_and_rank
             sqlite, postgres = both(loaded, query, SearchOptions(limit=10, mode=mode))
             assert sqlite.hits, query
             assert_same(sqlite, postgres)
+
+
+def test_a_long_querys_postings_are_packed_on_both_connections_and_rank_the_same(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = record_scope(loaded.paths)
+    terms = ["note", "kubernet", "deploy", "releas", "build", "kubern"]
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
+        assert projection.beside is not None and projection.beside.opened is None
+        shared = projection.terms.own(terms)
+        assert projection.beside.opened is not None  # the vector search's connection packed its share
+    monkeypatch.setattr(pg, "SHARED_FROM", len(terms) + 1)
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
+        alone = projection.terms.own(terms)
+        assert projection.beside is not None and projection.beside.opened is None
+    assert shared == alone
+    assert sum(isinstance(entries, bytes) and len(entries) > 0 for entries in shared) >= 3
+    monkeypatch.undo()
+    for mode in ("lexical", "hybrid"):
+        sqlite, postgres = both(
+            loaded, "notes on kubernetes deploys, releases and builds", SearchOptions(limit=10, mode=mode)
+        )
+        assert sqlite.hits
+        assert_same(sqlite, postgres)
 
 
 def test_reads_end_with_a_commit_and_keep_their_prepared_statements(loaded: Loaded) -> None:

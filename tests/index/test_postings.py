@@ -119,6 +119,89 @@ def test_every_kind_of_change_keeps_the_postings_those_of_a_rebuild(tmp_path: Pa
     assert before.keys() == rebuilt.keys()  # chunk ids differ after a rebuild; the terms do not
 
 
+def test_chunks_any_writer_inserts_updates_and_deletes_reach_the_postings_at_the_next_fold(tmp_path: Path) -> None:
+    """New chunks are found by their ids, not logged: rows inserted by plain SQL, some updated or deleted
+    before the fold, some deleted after it, leave the postings exactly those of the chunks there are."""
+    paths = make_store(tmp_path)
+    note = write_record(paths, "Note", "alpha beta")
+    sync_store(paths)
+    conn = pj.connect(paths.index_path, writer=True)
+    try:
+        row = ("", 0, None, "", "", "Note\n\n\n\nnote.md\n", 0, 0, "hash")
+        rows = [(note.id, 10 + n, None, text, "", row[5] + text, 0, len(text.split()), f"h{n}")
+                for n, text in enumerate(["gamma delta", "epsilon zeta", "eta theta", "iota kappa"])]  # fmt: skip
+        conn.execute("BEGIN IMMEDIATE")
+        kept_chunks.insert(conn, rows)
+        conn.execute("UPDATE chunks SET text = 'lambda mu', retrieval_text = ? WHERE ordinal = 11", (row[5],))
+        conn.execute("DELETE FROM chunks WHERE ordinal = 12")
+        assert problem(conn) == "unapplied changes"
+        postings.apply_changes(conn)
+        assert problem(conn) is None
+        conn.execute("COMMIT")
+        assert not conn.execute("SELECT count(*) FROM postings WHERE term IN ('epsilon', 'eta')").fetchone()[0]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE chunks SET text = 'nu xi', retrieval_text = ? WHERE ordinal = 10", (row[5],))
+        conn.execute("DELETE FROM chunks WHERE ordinal = 13")
+        kept_chunks.insert(conn, [(*rows[0][:1], 14, None, "omicron", "", row[5] + "omicron", 0, 1, "h5")])
+        postings.apply_changes(conn)
+        conn.execute("COMMIT")
+        assert problem(conn) is None
+        assert conn.execute("SELECT count(*) FROM postings WHERE term IN ('gamma', 'iota')").fetchone()[0] == 0
+        found = "SELECT count(*) FROM postings WHERE term IN ('nu', 'lambda', 'omicron')"
+        assert conn.execute(found).fetchone()[0] == 3
+    finally:
+        conn.close()
+
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.lists(bodies, min_size=1, max_size=4)),
+        st.tuples(st.just("update"), st.integers(0, 50), bodies),
+        st.tuples(st.just("delete"), st.integers(0, 50)),
+        st.tuples(st.just("fold")),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_STEPS)
+def test_the_postings_are_those_of_the_chunks_after_any_writes_folded_at_any_points(steps: list[tuple]) -> None:
+    """Chunk rows inserted, updated and deleted by plain SQL in any order, folded (and committed) at
+    any points: after the last fold the postings and statistics are exactly those of a recount."""
+    with tempfile.TemporaryDirectory() as directory:
+        paths = make_store(Path(directory))
+        note = write_record(paths, "Note", "alpha beta")
+        sync_store(paths)
+        conn = pj.connect(paths.index_path, writer=True)
+        try:
+            prefix = "Note\n\n\n\nnote.md\n"
+            ordinal = 100
+            conn.execute("BEGIN IMMEDIATE")
+            for step in steps:
+                ids = [chunk for (chunk,) in conn.execute("SELECT id FROM chunks ORDER BY id")]
+                if step[0] == "insert":
+                    rows = [(note.id, ordinal + n, None, text, "", prefix + text, 0, len(text.split()), "h")
+                            for n, text in enumerate(step[1])]  # fmt: skip
+                    kept_chunks.insert(conn, rows)
+                    ordinal += len(rows)
+                elif step[0] == "update" and ids:
+                    conn.execute("UPDATE chunks SET text = ?, retrieval_text = ? WHERE id = ?",
+                                 (step[2], prefix, ids[step[1] % len(ids)]))  # fmt: skip
+                elif step[0] == "delete" and ids:
+                    conn.execute("DELETE FROM chunks WHERE id = ?", (ids[step[1] % len(ids)],))
+                elif step[0] == "fold":
+                    postings.apply_changes(conn)
+                    conn.execute("COMMIT")
+                    assert problem(conn) is None
+                    conn.execute("BEGIN IMMEDIATE")
+            postings.apply_changes(conn)
+            conn.execute("COMMIT")
+            assert problem(conn) is None
+        finally:
+            conn.close()
+
+
 def test_damaged_postings_are_reported(tmp_path: Path) -> None:
     paths = make_store(tmp_path)
     write_record(paths, "Note", "alpha beta")

@@ -264,24 +264,24 @@ def test_a_chunk_text_is_stored_once_and_old_whole_rows_still_count(tmp_path: Pa
     try:  # make it a projection of before: whole retrieval texts, the old triggers
         conn.execute("BEGIN IMMEDIATE")
         for name in OLD_TRIGGERS:
-            conn.execute(f"DROP TRIGGER {name}")
+            conn.execute(f"DROP TRIGGER IF EXISTS {name}")
         conn.execute(f"UPDATE chunks SET retrieval_text = {whole}")
         for statement in OLD_TRIGGERS.values():
             conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {pj.LEGACY_VERSION}")
+        conn.execute(f"PRAGMA user_version = {pj.LEGACY_VERSIONS[0]}")
         conn.execute("COMMIT")
     finally:
         conn.close()
     with pj.reading(paths.index_path) as conn:
         assert conn.execute(f"SELECT count(*) FROM chunks WHERE retrieval_text != {whole}").fetchone()[0] == 0
         assert conn.execute("SELECT sum(length(retrieval_text)) FROM chunks").fetchone()[0] == read
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == pj.LEGACY_VERSION  # read as it is
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == pj.LEGACY_VERSIONS[0]  # read as it is
     current = repo.find(added[1].id)
     repo.replace_if_unchanged(current, current.record.replace(body=texts["mixed-5"], updated_at=Timestamp.now()))
     repo.forget(added[0].id)
     with pj.reading(paths.index_path) as conn:
         triggers = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
-        assert {name: triggers[name] for name in OLD_TRIGGERS} == postings._TRIGGERS
+        assert {name: sql for name, sql in triggers.items() if name.startswith("chunks_lexical")} == postings._TRIGGERS
         assert conn.execute("PRAGMA user_version").fetchone()[0] == pj.PROJECTION_VERSION
         assert problem(conn) is None
         assert stored_postings(conn) == plain_postings(conn)
@@ -290,6 +290,40 @@ def test_a_chunk_text_is_stored_once_and_old_whole_rows_still_count(tmp_path: Pa
     with pj.reading(paths.index_path) as conn:
         assert problem(conn) is None
         assert stored_postings(conn) == plain_postings(conn)
+
+
+def test_a_layout_8_projection_with_an_unapplied_logged_insert_is_upgraded_and_folds_it(tmp_path: Path) -> None:
+    """A projection whose trigger logged each inserted chunk (layout 8) is read as it is; the next writer
+    drops that trigger, counts the chunks there are as folded and still applies an insert left in the log."""
+    paths = make_store(tmp_path)
+    repo = Repository(paths)
+    texts = bodies()
+    now = Timestamp.now()
+    first = repo.add(Record(new_record_id(), "Note log", "fact", repo.scope, "active", "agent", now, now,
+                            sources=(SOURCE,), body=texts["log"]))  # fmt: skip
+    conn = pj.connect(paths.index_path, writer=True)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(OLD_TRIGGERS["chunks_lexical_insert"])
+        conn.execute("DELETE FROM metadata WHERE key = ?", (postings.THROUGH,))
+        prefix = "Note log\n\n\n\nx.md\n"
+        kept_chunks.insert(conn, [(first.id, 999, None, "quokka wombat", "", prefix + "quokka wombat", 0, 2, "h")])
+        conn.execute("PRAGMA user_version = 8")
+        conn.execute("COMMIT")  # the insert is logged, not applied
+    finally:
+        conn.close()
+    with pj.reading(paths.index_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 8  # read as it is
+        assert problem(conn) == "unapplied changes"
+    repo.add(Record(new_record_id(), "Note crlf", "fact", repo.scope, "active", "agent", now, now,
+                    sources=(SOURCE,), body=texts["crlf"]))  # fmt: skip
+    with pj.reading(paths.index_path) as conn:
+        triggers = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        assert "chunks_lexical_insert" not in triggers
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == pj.PROJECTION_VERSION
+        assert problem(conn) is None
+        assert stored_postings(conn) == plain_postings(conn)
+        assert conn.execute("SELECT count(*) FROM postings WHERE term = 'quokka'").fetchone()[0] == 1
 
 
 def test_a_retrieval_text_is_stored_whole_where_its_prefix_alone_would_be_ambiguous() -> None:

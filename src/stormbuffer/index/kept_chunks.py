@@ -6,7 +6,8 @@ embedding text (`title \\n heading \\n text`, the title and heading on lines of 
 text, embedding text and retrieval text; its word and model-token counts are compared too. A
 stored row with the same values is kept with its id, so its postings and its vector rows stay as
 they are; only its ordinal moves when text before it was added or removed. The other stored rows
-are deleted and the new ones inserted, which is all the lexical triggers and the vector matrix see.
+are deleted and the new ones inserted, which is all the postings (`postings.apply_changes`) and
+the vector matrix see.
 Editing one line of a 5 MB log thus re-indexes a chunk or two instead of 4,000.
 
 A chunk's retrieval text is its retrieval prefix followed by its text, and is stored without the

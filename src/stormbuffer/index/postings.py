@@ -15,9 +15,12 @@ array of (chunk id, weighted occurrences of the term, weighted terms in the chun
 id. Ranking a query reads one row per query term (a range of rows for a word that is only a
 prefix of indexed terms) and scores the chunks with NumPy.
 
-Maintenance is transactional: triggers on `chunks` log every inserted, updated and deleted chunk
-in `lexical_changes` (with the old text of a deleted one), and `apply_changes` folds the log into
-the postings before the writer commits. Chunk count and total weighted length of all chunks, which
+Maintenance is transactional, whatever writer changes `chunks`: `apply_changes` brings the postings
+up to date before the writer commits. New chunks are found by their ids: chunk ids only grow
+(AUTOINCREMENT), so every chunk above the highest id already folded (`THROUGH` in the projection's
+metadata) is new, read by one range scan, with no per-row work while a large record's 4,000 rows are
+inserted. Triggers log every updated and deleted chunk in `lexical_changes`, with its old text (after
+a delete nothing else holds it). Chunk count and total weighted length of all chunks, which
 BM25 needs, are kept in the projection's metadata. Removing chunks touches every term they had: those
 terms and the chunks' lengths are found by splitting their old texts again, or, when the postings are
 smaller than those texts (a large record forgotten), by reading every postings row instead (`_swept`).
@@ -51,6 +54,7 @@ B = 0.75  # BM25 length normalization
 IDF_FLOOR = 1e-6  # a term in half of the chunks or more still counts, a little
 MAX_COUNT = 0xFFFF  # occurrences and lengths are stored as 16-bit counts (saturating)
 STATS = "lexical_stats"  # metadata key: JSON {"chunks": n, "terms": total length}
+THROUGH = "lexical_through"  # metadata key: the highest chunk id the postings hold (0 when absent)
 _BATCH = 500  # terms per statement
 _WORD = re.compile(r"\w+")  # for str patterns: str.isalnum() characters and "_"
 _ASCII_SEPARATORS = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
@@ -66,9 +70,8 @@ STOPWORDS = frozenset(
 )
 
 _OLD_TEXT = kept_chunks.retrieval_text("old")
+_INSERT_TRIGGER = "chunks_lexical_insert"  # logged each inserted chunk until layout 9
 _TRIGGERS = {
-    "chunks_lexical_insert": "CREATE TRIGGER chunks_lexical_insert AFTER INSERT ON chunks BEGIN "
-    "INSERT INTO lexical_changes(chunk, added, text) VALUES (new.id, 1, NULL); END",
     "chunks_lexical_delete": "CREATE TRIGGER chunks_lexical_delete AFTER DELETE ON chunks BEGIN "
     f"INSERT INTO lexical_changes(chunk, added, text) VALUES (old.id, 0, {_OLD_TEXT}); END",
     "chunks_lexical_update": "CREATE TRIGGER chunks_lexical_update AFTER UPDATE OF text, retrieval_text ON chunks "
@@ -162,13 +165,30 @@ def create(conn: Connection) -> None:
 
 
 def renew_triggers(conn: sqlite3.Connection) -> None:
-    """Replace the change-logging triggers of a projection made before today's (they logged the stored
-    retrieval text as it was, not read back whole), in the caller's transaction."""
+    """Make the change log of a projection made before today's work as today's, in the caller's
+    transaction: the triggers that logged the stored retrieval text as it was (not read back whole) are
+    replaced, and the one that logged each inserted chunk is dropped, every chunk there is now counted
+    as folded (`THROUGH`; inserts it logged and no writer applied yet stay in the log and are applied)."""
     stored = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
     for name, statement in _TRIGGERS.items():
         if name in stored and stored[name] != statement:
             conn.execute(f"DROP TRIGGER {name}")
             conn.execute(statement)
+    if _INSERT_TRIGGER in stored:
+        conn.execute(f"DROP TRIGGER {_INSERT_TRIGGER}")
+        _set(conn, THROUGH, str(_last_chunk(conn)))
+
+
+def _last_chunk(conn: sqlite3.Connection) -> int:
+    """The highest chunk id there is (0 without chunks); every chunk inserted later has a higher one."""
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0])
+
+
+def _set(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
 
 
 @cache
@@ -197,46 +217,58 @@ class Stats:
 
 
 def apply_changes(conn: sqlite3.Connection) -> None:
-    """Fold the logged chunk changes into the postings and the statistics, and clear the log.
+    """Fold the chunks inserted since the last fold (ids above `THROUGH`) and the logged changes into the
+    postings and the statistics, and clear the log.
 
-    Runs inside the writer's transaction. A chunk inserted and deleted within one log never
+    Runs inside the writer's transaction. A chunk inserted and deleted since the last fold never
     reaches the postings.
     """
-    added: set[int] = set()
+    settings = dict(conn.execute("SELECT key, value FROM metadata WHERE key IN (?, ?)", (STATS, THROUGH)).fetchall())
+    through, last = int(settings.get(THROUGH, 0)), _last_chunk(conn)
+    updated: set[int] = set()
     removed: dict[int, str] = {}
     for chunk, was_added, old_text in conn.execute("SELECT chunk, added, text FROM lexical_changes ORDER BY seq"):
+        if chunk > through:
+            continue  # new since the last fold: read below if it is still there, never in the postings before
         if was_added:
-            added.add(chunk)
-        elif chunk in added:
-            added.discard(chunk)
+            updated.add(chunk)
+        elif chunk in updated:
+            updated.discard(chunk)
         else:
             removed[chunk] = old_text
-    if not added and not removed:
-        conn.execute("DELETE FROM lexical_changes")
-        return
-    stats = Stats.of(dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (STATS,)).fetchall()))
-    dropped, removed_length = _swept(conn, removed) or _terms_of(removed.values())
-    total = stats.terms - removed_length
-    new = _Accumulator()
-    total += new.add_all(_added_texts(conn, added))
-    _merge(conn, new, dropped, removed.keys())
-    chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
-    conn.execute(
-        "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (STATS, json.dumps({"chunks": chunks, "terms": total})),
-    )
+    if updated or removed or last > through:
+        stats = Stats.of(settings)
+        dropped, removed_length = _swept(conn, removed) or _terms_of(removed.values())
+        total = stats.terms - removed_length
+        new = _Accumulator()
+        total += new.add_all(chain(_updated_texts(conn, updated), _new_texts(conn, through)))
+        _merge(conn, new, dropped, removed.keys())
+        chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        _set(conn, STATS, json.dumps({"chunks": chunks, "terms": total}))
+    if last > through:
+        _set(conn, THROUGH, str(last))
     conn.execute("DELETE FROM lexical_changes")
 
 
-def _added_texts(conn: sqlite3.Connection, added: set[int]) -> Iterator[tuple[int, str]]:
-    """(id, retrieval text) of each chunk in `added`, once (an id logged twice, updated, is read once)."""
+_WHOLE_TEXT = kept_chunks.retrieval_text("c")
+
+
+def _updated_texts(conn: sqlite3.Connection, updated: set[int]) -> Iterator[tuple[int, str]]:
+    """(id, retrieval text) of each chunk in `updated` (logged by the update trigger), once, in id order."""
+    if not updated:
+        return
     for chunk, text in conn.execute(
-        f"SELECT c.id, {kept_chunks.retrieval_text('c')} FROM lexical_changes AS l JOIN chunks AS c "
+        f"SELECT c.id, {_WHOLE_TEXT} FROM lexical_changes AS l JOIN chunks AS c "
         "ON c.id = l.chunk WHERE l.added = 1 ORDER BY c.id"
     ):
-        if chunk in added:
-            added.discard(chunk)
+        if chunk in updated:
+            updated.discard(chunk)
             yield chunk, text
+
+
+def _new_texts(conn: sqlite3.Connection, through: int) -> Iterator[tuple[int, str]]:
+    """(id, retrieval text) of each chunk above `through`, in id order (after every updated one)."""
+    yield from conn.execute(f"SELECT c.id, {_WHOLE_TEXT} FROM chunks AS c WHERE c.id > ? ORDER BY c.id", (through,))
 
 
 # What finding the removed chunks' terms costs, in nanoseconds: splitting and stemming their texts, per
@@ -576,7 +608,8 @@ def _held(entries: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def problem(conn: sqlite3.Connection) -> str | None:
     """None when the postings and statistics are exactly those of the chunks, else a short reason."""
-    if conn.execute("SELECT count(*) FROM lexical_changes").fetchone()[0]:
+    through = int(dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (THROUGH,))).get(THROUGH, 0))
+    if conn.execute("SELECT count(*) FROM lexical_changes").fetchone()[0] or _last_chunk(conn) > through:
         return "unapplied changes"
     expected = _Accumulator()
     total = expected.add_all(conn.execute(f"SELECT id, {kept_chunks.retrieval_text('chunks')} FROM chunks ORDER BY id"))

@@ -7,9 +7,10 @@ replaced rather than migrated.
 Two version numbers are kept apart on purpose:
 
 - `PROJECTION_VERSION` is this layout, stored in `PRAGMA user_version` and checked on open. A
-  projection of `LEGACY_VERSION` (chunk rows stored whole) is read as it is and upgraded in place by
-  the first writer (`upgrade`); versions of Stormbuffer before this one find a number they do not know
-  and rebuild the file rather than misread a chunk row stored without its text.
+  projection of one of `LEGACY_VERSIONS` (chunk rows stored whole; inserted chunks logged one by one)
+  is read as it is and upgraded in place by the first writer (`upgrade`); versions of Stormbuffer
+  before this one find a number they do not know and rebuild the file rather than misread a chunk row
+  stored without its text or miss chunks that no trigger logged.
 - `PROTOCOL_INDEX_VERSION` (6) is what context receipts report as `index_version`; clients of the
   version-1 protocol know the index by that number, whatever the layout on disk.
 """
@@ -34,8 +35,10 @@ from ..core.stores import StorePaths, trusted_fallback_index_dir
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, MetaData, Table
 
-PROJECTION_VERSION = 8
-LEGACY_VERSION = 7  # before a chunk's retrieval text was stored without its text (`kept_chunks`)
+PROJECTION_VERSION = 9
+# 7: before a chunk's retrieval text was stored without its text (`kept_chunks`); 8: before new chunks
+# were found by their ids rather than logged by a trigger (`postings.apply_changes`)
+LEGACY_VERSIONS = (7, 8)
 PROTOCOL_INDEX_VERSION = 6
 PROJECTION_FORMAT = "stormbuffer-projection"
 UNAVAILABLE_MESSAGE = (
@@ -288,9 +291,9 @@ def driver_connection(conn: Connection) -> sqlite3.Connection:
 
 
 def check_version(conn: sqlite3.Connection) -> None:
-    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION` (or of
-    `LEGACY_VERSION`, which reads the same)."""
-    known = (PROJECTION_VERSION, LEGACY_VERSION)
+    """Raise ProjectionUnusable unless the database is a projection of `PROJECTION_VERSION` (or of one
+    of `LEGACY_VERSIONS`, which read the same)."""
+    known = (PROJECTION_VERSION, *LEGACY_VERSIONS)
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         marker = get_setting(conn, FORMAT) if version in known else None
@@ -301,18 +304,18 @@ def check_version(conn: sqlite3.Connection) -> None:
 
 
 def upgrade(conn: sqlite3.Connection) -> None:
-    """Make a `LEGACY_VERSION` projection one of `PROJECTION_VERSION` in one transaction: its rows stay
-    as they are; the triggers that log chunk changes are renewed (`postings.renew_triggers`)."""
+    """Make a projection of one of `LEGACY_VERSIONS` one of `PROJECTION_VERSION` in one transaction: its
+    rows stay as they are; the triggers that log chunk changes are renewed (`postings.renew_triggers`)."""
     from . import postings
 
     def version() -> int:
         return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
-    if version() != LEGACY_VERSION:
+    if version() not in LEGACY_VERSIONS:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if version() == LEGACY_VERSION:
+        if version() in LEGACY_VERSIONS:
             postings.renew_triggers(conn)
             conn.execute(f"PRAGMA user_version = {PROJECTION_VERSION}")
         conn.execute("COMMIT")

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -356,6 +356,10 @@ class Beside:
 # "Why the HNSW recall falls").
 MIN_EF_SEARCH = 100
 
+# The fewest query terms whose postings two connections pack (`PostgresTerms.own`): a short query's
+# terms take a few milliseconds, not worth a second round trip.
+SHARED_FROM = 4
+
 
 def hnsw_settings(take: int) -> str:
     """The `SET LOCAL` statements of a search through the HNSW index for the `take` nearest chunks."""
@@ -370,16 +374,27 @@ class PostgresTerms:
     projection: PostgresProjection
 
     def own(self, terms: Sequence[str]) -> list[bytes | int | None]:
-        """In one statement: each term's chunk count, and its postings unless it is in at least half of the
-        chunks while another query term is proven to match fewer (`statements.OWN`): `rank` then leaves it out."""
+        """Each term's chunk count, and its postings unless it is in at least half of the chunks while
+        another query term is proven to match fewer (`statements.OWN`): `rank` then leaves it out. With
+        `SHARED_FROM` terms or more, the vector search's connection packs every other term's postings at
+        the same time (the server spends most of a long query's time packing them)."""
         projection = self.projection
         # the terms that may match as prefixes: those `postings.rank` would look up with `prefixed`
         prefixes = [term for term in terms if not (len(term) == 1 and term.isascii()) and ord(term[-1]) < 0x10FFFF]
         total = postings.Stats.of(projection.settings).chunks
         values = {"store": projection.store, "terms": list(terms), "lows": prefixes,
                   "highs": [_after(term) for term in prefixes], "total": total}  # fmt: skip
-        found = {term: (int(chunks), packed) for term, chunks, packed in projection.query(statements.OWN, values)}
-        return [None if (row := found.get(term)) is None else row[0] if row[1] is None else _little_endian(row[1])
+        beside = projection.beside
+        if beside is None or len(terms) < SHARED_FROM:
+            found = projection.query(statements.OWN, {**values, "packed": list(terms)})
+        else:
+            theirs = _BACKGROUND.submit(copy_context().run, beside.rows, statements.OWN,
+                                        {**values, "packed": list(terms[1::2])})  # fmt: skip
+            ours = projection.query(statements.OWN, {**values, "packed": list(terms[::2])})
+            packed = {term: entries for term, _chunks, entries in theirs.result() if entries is not None}
+            found = [(term, chunks, packed.get(term, entries)) for term, chunks, entries in ours]
+        read = {term: (int(chunks), entries) for term, chunks, entries in found}
+        return [None if (row := read.get(term)) is None else row[0] if row[1] is None else _little_endian(row[1])
                 for term in terms]  # fmt: skip
 
     def prefixed(self, term: str) -> list[bytes]:

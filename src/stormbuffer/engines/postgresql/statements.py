@@ -32,11 +32,14 @@ SELECT (SELECT json_object_agg(key, value) FROM {SCHEMA}.projection_settings WHE
 OPENING = _OPENING.format(indexed=f"to_regclass('{SCHEMA}.{HNSW_INDEX}')")
 OPENING_EXACT = _OPENING.format(indexed="NULL")  # searches vectors exactly even past the threshold
 
-# One posting as 8 big-endian bytes: the chunk id, then the low two bytes of its (non-negative) count and length.
-_PACKED = "int4send(chunk::int4) || substring(int4send(count) from 3 for 2) || substring(int4send(length) from 3 for 2)"
+# One posting as 8 big-endian bytes: the chunk id (4), then its count and length (2 each: both are stored
+# saturated at `postings.MAX_COUNT`), as one 64-bit integer: a third of the work of joining three pieces,
+# which was most of the cost of a common term's postings.
+_PACKED = "int8send((chunk::int4::int8 << 32) | (count::int8 << 16) | length)"
 _POSTINGS = f"(SELECT string_agg({_PACKED}, ''::bytea ORDER BY chunk) FROM {SCHEMA}.projection_postings AS p"
 # The query terms' chunk counts and postings (`PostgresTerms.own`). A term's postings are packed only
-# if it is in fewer than half of the `total` chunks or no other term is proven to be: a term of the
+# if it is one of `packed` (this connection's share of the terms) and in fewer than half of the `total`
+# chunks or no other term is proven to be: a term of the
 # index that is (`own`), or a term of none whose prefixed terms are in fewer than half of the chunks
 # together (`prefixed`: their sum bounds the chunks it matches from above).
 OWN = f"""
@@ -50,7 +53,8 @@ WITH own AS (
   SELECT EXISTS (SELECT FROM own WHERE 2 * chunks < %(total)s)
     OR EXISTS (SELECT FROM prefixed WHERE 2 * chunks < %(total)s) AS rarer
 )
-SELECT own.term, own.chunks, CASE WHEN 2 * own.chunks < %(total)s OR NOT (SELECT rarer FROM proven) THEN
+SELECT own.term, own.chunks, CASE WHEN own.term = ANY(%(packed)s::text[])
+  AND (2 * own.chunks < %(total)s OR NOT (SELECT rarer FROM proven)) THEN
   {_POSTINGS} WHERE p.store = %(store)s AND p.term = own.term) END
 FROM own
 """
