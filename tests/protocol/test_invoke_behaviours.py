@@ -20,7 +20,9 @@ Related (§15.4):
   names the model and has no fallback; the first block is the record;
 - a failing embedder falls back to lexical with `embedding_execution_failed` and still returns the block;
 - each fallback reason handed in is reported verbatim with lexical mode and null model fields;
-- a held projection lock gives lexical results with `vector_projection_busy`;
+- a held projection lock gives lexical results with `vector_projection_busy`; a store with no projection
+  yet, while another process holds its lock, waits for it and answers in full, or past the lock wait
+  answers busy (`conflict`), never "could not be opened";
 - an uninitialized project store: `not_initialized`, no `.sbuf` created;
 - an invalid canonical record: reads still answer, the context receipt names the file (degraded);
 - propose → requires_approval; permission_denied for access human (search, propose, supersede) and
@@ -41,6 +43,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -283,6 +287,28 @@ def test_busy_projection_still_answers_lexically(store: Store) -> None:
         result = store.invoke("context", {"version": 1, "query": "tar archive"})["result"]
     assert_lexical(result["receipt"], "vector_projection_busy")
     assert result["blocks"][0]["record_id"] == BACKUP_ID
+
+
+def test_a_first_read_waits_for_the_process_making_the_projection(store: Store) -> None:
+    held = exclusive_lock(store.session().selected.projection_lock)
+    held.__enter__()
+    letting_go = threading.Timer(1.5, held.__exit__, (None, None, None))
+    letting_go.start()
+    try:
+        started = time.monotonic()
+        result = store.invoke("context", {"version": 1, "query": "tar archive"})["result"]
+    finally:
+        letting_go.join()
+    assert time.monotonic() - started >= 1.0  # it waited for the lock rather than answering before
+    assert result["receipt"]["semantic_fallback"] != "vector_projection_busy"
+    assert result["blocks"][0]["record_id"] == BACKUP_ID
+
+
+def test_a_first_read_past_the_lock_wait_answers_busy(store: Store) -> None:
+    with exclusive_lock(store.session().selected.projection_lock):
+        envelope = invoke("context", {"version": 1, "query": "tar"}, cwd=store.cwd,
+                          env={**store.env, "STORMBUFFER_LOCK_WAIT": "0.5"})  # fmt: skip
+    assert envelope["error"] == {"code": "conflict", "message": "the SQLite projection is busy; retry the operation"}
 
 
 def test_uninitialized_project_store(tmp_path) -> None:

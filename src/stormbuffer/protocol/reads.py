@@ -4,7 +4,8 @@ Reads compose stores: the selected store, plus the initialized global store in t
 when the scope filter includes `global`. Each composed store's projection is brought up to date
 from the Markdown first. An invalid record file does not fail the read: it is left out (never
 served) and the context receipt says the store is degraded, naming the file. A busy projection
-does not fail it either (the read uses the projection as it is and reports `vector_projection_busy`).
+does not fail it either (the read uses the projection as it is and reports `vector_projection_busy`),
+unless there is none yet: then the read waits for the process making it (`retrieval.prepare`).
 """
 
 from __future__ import annotations

@@ -19,15 +19,18 @@ the vectors already there, and the search reports `vector_projection_incomplete`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
+from ..core.locks import lock_wait_from
 from ..core.stores import StorePaths
 from ..engines.projection import database_variable, embed_waiting
-from ..index.sync import READ_EMBED_LIMIT, refresh_vectors, sync_store, vectors_current
+from ..index import projection as pj
+from ..index.sync import READ_EMBED_LIMIT, projection_lock, refresh_vectors, sync_store, vectors_current
 
 if TYPE_CHECKING:
     from ..index.freshness import FreshnessRegistry
@@ -64,8 +67,10 @@ def ready_for_retrieval(
     embedding there, so that it runs while the stores are readied).
 
     A store whose projection another writer holds is read as it is: the fallback becomes
-    `vector_projection_busy` (reported only if its vectors turn out to be stale). A failed vector
-    refresh gives `embedding_execution_failed`.
+    `vector_projection_busy` (reported only if its vectors turn out to be stale). A store with no
+    readable projection yet (another process is making the first) has nothing to read: the read waits
+    for that writer as long as a write would (`STORMBUFFER_LOCK_WAIT`), then readies it itself, and
+    answers busy only past that. A failed vector refresh gives `embedding_execution_failed`.
     """
     if open_model is not None and opened is not None:
         open_model = _telling(open_model, opened)
@@ -142,14 +147,24 @@ def _sync(
     return freshness.sync(paths, embedder) if freshness is not None else sync_store(paths, embedder, progress=progress)
 
 
+def _after_the_writer(paths: StorePaths, step: Callable[[StorePaths], SyncReport | None]) -> SyncReport | None:
+    """`step` again once the writer that holds the store's projection lets it go, waiting as a write
+    would; IndexBusy when it keeps the lock longer."""
+    with projection_lock(paths, wait=lock_wait_from(os.environ)):
+        pass
+    return step(paths)
+
+
 def _each(ready: Readiness, stores: list[StorePaths], step: Callable[[StorePaths], SyncReport | None]) -> None:
     """Run `step` on every store, noting invalid files and the first fallback reason."""
     for paths in stores:
         try:
             report = step(paths)
         except IndexBusy:
-            ready.fallback = "vector_projection_busy"
-            continue
+            if pj.stored_settings(paths) is not None:  # there is a projection to read as it is
+                ready.fallback = "vector_projection_busy"
+                continue
+            report = _after_the_writer(paths, step)
         if report is None:  # known to be current
             continue
         ready.invalid_files.extend((paths, name, message) for name, message in report.invalid_files)
