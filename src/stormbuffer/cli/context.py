@@ -42,10 +42,15 @@ class Cli:
 
     def repository(self) -> Repository:
         """The selected store's repository, waiting for a busy store as configured."""
-        from ..core.locks import lock_wait_from
         from ..core.repository import Repository
 
-        return Repository(self.store(), lock_wait=lock_wait_from(self.env, self.lock_wait))
+        return Repository(self.store(), lock_wait=self.write_wait())
+
+    def write_wait(self) -> float:
+        """Seconds to wait for a store another process is changing: --lock-wait, else the environment's."""
+        from ..core.locks import lock_wait_from
+
+        return lock_wait_from(self.env, self.lock_wait)
 
     @property
     def cwd(self) -> Path:

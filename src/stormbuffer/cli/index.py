@@ -317,7 +317,7 @@ def _prepared(context: str) -> tuple[list[StorePaths], Embedder | None, str | No
     with failing(context):
         stores = retrieval_stores(cli.view, paths, cli.dirs())
     with sync_progress() as progress, failing(context):
-        ready = ready_for_retrieval(stores, lambda: _embedder(paths), progress=progress)
+        ready = ready_for_retrieval(stores, lambda: _embedder(paths), progress=progress, lock_wait=cli.write_wait())
     warn_degraded(
         [(f"records/{name}" if store == paths else f"records/{name} (global store)", why)
          for store, name, why in ready.invalid_files]

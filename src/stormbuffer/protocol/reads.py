@@ -58,7 +58,7 @@ def prepare_retrieval(
     open_model = None if records_only else session.embedder.get
     opened = None if search is None else (lambda embedder: embed_ahead(embedder, *search))
     ready = ready_for_retrieval(stores, open_model, session.freshness, bounded=session.freshness is None,
-                                opened=opened)  # fmt: skip
+                                opened=opened, lock_wait=session.lock_wait)  # fmt: skip
     invalid = [{"store": paths.kind, "path": f"records/{name}"} for paths, name, _reason in ready.invalid_files]
     return ready.embedder, ready.fallback, invalid
 

@@ -19,14 +19,13 @@ the vectors already there, and the search reports `vector_projection_incomplete`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 from ..core.errors import IndexBusy
-from ..core.locks import lock_wait_from
+from ..core.locks import DEFAULT_LOCK_WAIT_S
 from ..core.stores import StorePaths
 from ..engines.projection import database_variable, embed_waiting
 from ..index import projection as pj
@@ -61,6 +60,7 @@ def ready_for_retrieval(
     bounded: bool = True,
     progress: Progress | None = None,
     opened: Callable[[Embedder], None] | None = None,
+    lock_wait: float = DEFAULT_LOCK_WAIT_S,
 ) -> Readiness:
     """Sync every store, and given `open_model` its vectors too (see the module's docstring);
     `opened` is given the embedder as soon as the model is open (a search starts its query's
@@ -69,12 +69,13 @@ def ready_for_retrieval(
     A store whose projection another writer holds is read as it is: the fallback becomes
     `vector_projection_busy` (reported only if its vectors turn out to be stale). A store with no
     readable projection yet (another process is making the first) has nothing to read: the read waits
-    for that writer as long as a write would (`STORMBUFFER_LOCK_WAIT`), then readies it itself, and
-    answers busy only past that. A failed vector refresh gives `embedding_execution_failed`.
+    up to `lock_wait` seconds for that writer (as long as the caller's writes would), then readies it
+    itself, and answers busy only past that. A failed vector refresh gives `embedding_execution_failed`.
     """
     if open_model is not None and opened is not None:
         open_model = _telling(open_model, opened)
     ready = Readiness()
+    each = partial(_each, ready, wait=lock_wait)
     in_database = [paths for paths in stores if database_variable(paths) is not None]
     if in_database:  # their projection moves with every write: only vectors may be waiting
         stores = [paths for paths in stores if paths not in in_database]
@@ -82,28 +83,28 @@ def ready_for_retrieval(
         if embedder is not None:
             model, limit = embedder, READ_EMBED_LIMIT if bounded else None
             if freshness is not None:
-                _each(ready, in_database, lambda paths: _embed_deferred(paths, model, freshness))
+                each(in_database, lambda paths: _embed_deferred(paths, model, freshness))
             else:
-                _each(ready, in_database, lambda paths: embed_waiting(paths, model, limit=limit))
+                each(in_database, lambda paths: embed_waiting(paths, model, limit=limit))
         if not stores:
             ready.embedder, ready.fallback = embedder, ready.fallback or reason
             return ready
         open_model = (lambda: (embedder, reason)) if open_model is not None else None
     if open_model is None:
-        _each(ready, stores, lambda paths: _sync(paths, None, freshness, progress))
+        each(stores, lambda paths: _sync(paths, None, freshness, progress))
         return ready
     if freshness is not None:
         ready.embedder, reason = open_model()
-        _each(ready, stores, lambda paths: freshness.sync(paths, ready.embedder))
+        each(stores, lambda paths: freshness.sync(paths, ready.embedder))
         ready.fallback = ready.fallback or reason
         return ready
-    _each(ready, stores, lambda paths: sync_store(paths, None, progress=progress))
+    each(stores, lambda paths: sync_store(paths, None, progress=progress))
     ready.embedder, reason = open_model()
     if ready.embedder is not None:
         embedder = ready.embedder
         limit = READ_EMBED_LIMIT if bounded else None
         stale = [paths for paths in stores if not vectors_current(paths, embedder)]
-        _each(ready, stale, lambda paths: refresh_vectors(paths, embedder, limit=limit, progress=progress))
+        each(stale, lambda paths: refresh_vectors(paths, embedder, limit=limit, progress=progress))
     ready.fallback = ready.fallback or reason
     return ready
 
@@ -147,16 +148,21 @@ def _sync(
     return freshness.sync(paths, embedder) if freshness is not None else sync_store(paths, embedder, progress=progress)
 
 
-def _after_the_writer(paths: StorePaths, step: Callable[[StorePaths], SyncReport | None]) -> SyncReport | None:
-    """`step` again once the writer that holds the store's projection lets it go, waiting as a write
-    would; IndexBusy when it keeps the lock longer."""
-    with projection_lock(paths, wait=lock_wait_from(os.environ)):
+def _after_the_writer(
+    paths: StorePaths, step: Callable[[StorePaths], SyncReport | None], wait: float
+) -> SyncReport | None:
+    """`step` again once the writer that holds the store's projection lets it go, waiting up to `wait`
+    seconds; IndexBusy when it keeps the lock longer."""
+    with projection_lock(paths, wait=wait):
         pass
     return step(paths)
 
 
-def _each(ready: Readiness, stores: list[StorePaths], step: Callable[[StorePaths], SyncReport | None]) -> None:
-    """Run `step` on every store, noting invalid files and the first fallback reason."""
+def _each(
+    ready: Readiness, stores: list[StorePaths], step: Callable[[StorePaths], SyncReport | None], wait: float
+) -> None:
+    """Run `step` on every store, noting invalid files and the first fallback reason; `wait`: how long
+    to wait for a writer making a store's first projection."""
     for paths in stores:
         try:
             report = step(paths)
@@ -164,7 +170,7 @@ def _each(ready: Readiness, stores: list[StorePaths], step: Callable[[StorePaths
             if pj.stored_settings(paths) is not None:  # there is a projection to read as it is
                 ready.fallback = "vector_projection_busy"
                 continue
-            report = _after_the_writer(paths, step)
+            report = _after_the_writer(paths, step, wait)
         if report is None:  # known to be current
             continue
         ready.invalid_files.extend((paths, name, message) for name, message in report.invalid_files)

@@ -121,7 +121,7 @@ def search(session: Session, paths: StorePaths, filters: SearchFilters) -> Searc
 
     view = session.view if paths == session.selected else View.GLOBAL
     stores = retrieval_stores(view, paths, session.dirs)
-    ready = ready_for_retrieval(stores, session.embedder.get, session.freshness)
+    ready = ready_for_retrieval(stores, session.embedder.get, session.freshness, lock_wait=session.lock_wait)
     options = SearchOptions(
         limit=filters.limit,
         include_inactive=filters.status != "",
