@@ -523,7 +523,7 @@ def _ascii_words(bodies: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     # At each byte, the little-endian 64-bit number of the 8 bytes from it on; a word's key keeps its own.
     at = np.ndarray((len(folded),), dtype="<u8", buffer=folded + bytes(_KEY_BYTES - 1), strides=(1,))
     keys = at[begins[short]] & _low_bytes()[lengths[short]]
-    vocabulary = np.unique(keys)  # sorting alone, then a search, is half the time of `return_inverse`
+    vocabulary = np.unique(keys)  # the distinct keys (hashed), then a search: half the time of `return_inverse`
     short_numbers = np.searchsorted(vocabulary, keys)
     distinct = [word.decode("ascii") for word in vocabulary.astype("<u8").view(f"S{_KEY_BYTES}").tolist()]
     numbers = np.empty(begins.size, dtype=np.int64)
