@@ -359,12 +359,16 @@ def test_a_long_querys_postings_are_packed_on_both_connections_and_rank_the_same
     scope = record_scope(loaded.paths)
     terms = ["note", "kubernet", "deploy", "releas", "build", "kubern"]
     with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
+        alone = projection.terms.own(terms)  # a small store: one connection packs them all
+        assert projection.beside is not None and projection.beside.opened is None
+    monkeypatch.setattr(pg, "SHARED_FROM_CHUNKS", 1)
+    with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
         assert projection.beside is not None and projection.beside.opened is None
         shared = projection.terms.own(terms)
         assert projection.beside.opened is not None  # the vector search's connection packed its share
     monkeypatch.setattr(pg, "SHARED_FROM", len(terms) + 1)
     with pg.reading(loaded.engine, scope, loaded.paths.root) as projection:
-        alone = projection.terms.own(terms)
+        assert projection.terms.own(terms) == alone
         assert projection.beside is not None and projection.beside.opened is None
     assert shared == alone
     assert sum(isinstance(entries, bytes) and len(entries) > 0 for entries in shared) >= 3

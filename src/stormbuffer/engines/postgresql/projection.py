@@ -356,9 +356,13 @@ class Beside:
 # "Why the HNSW recall falls").
 MIN_EF_SEARCH = 100
 
-# The fewest query terms whose postings two connections pack (`PostgresTerms.own`): a short query's
-# terms take a few milliseconds, not worth a second round trip.
+# When two connections pack a query's postings (`PostgresTerms.own`): from this many query terms (a
+# short query's take a few milliseconds, not worth a second round trip) in a store of this many chunks.
+# Below it packing is cheap, and the second connection's share waits behind the vector search there:
+# at 19,000 chunks the warm recall's p50 rose 0.8 ms; at 190,000 it moved within 1 ms and its p95 fell
+# (42.5-55.2 -> 38.2-40.2 ms); at 1,000,000 its p50 fell 76.5-83.0 -> 69.4-72.3 ms (docs/postgresql.md).
 SHARED_FROM = 4
+SHARED_FROM_CHUNKS = 100_000
 
 
 def hnsw_settings(take: int) -> str:
@@ -376,8 +380,9 @@ class PostgresTerms:
     def own(self, terms: Sequence[str]) -> list[bytes | int | None]:
         """Each term's chunk count, and its postings unless it is in at least half of the chunks while
         another query term is proven to match fewer (`statements.OWN`): `rank` then leaves it out. With
-        `SHARED_FROM` terms or more, the vector search's connection packs every other term's postings at
-        the same time (the server spends most of a long query's time packing them)."""
+        `SHARED_FROM` terms or more in a store of `SHARED_FROM_CHUNKS` chunks or more, the vector search's
+        connection packs every other term's postings at the same time (the server spends most of a long
+        query's time packing them)."""
         projection = self.projection
         # the terms that may match as prefixes: those `postings.rank` would look up with `prefixed`
         prefixes = [term for term in terms if not (len(term) == 1 and term.isascii()) and ord(term[-1]) < 0x10FFFF]
@@ -385,7 +390,7 @@ class PostgresTerms:
         values = {"store": projection.store, "terms": list(terms), "lows": prefixes,
                   "highs": [_after(term) for term in prefixes], "total": total}  # fmt: skip
         beside = projection.beside
-        if beside is None or len(terms) < SHARED_FROM:
+        if beside is None or len(terms) < SHARED_FROM or total < SHARED_FROM_CHUNKS:
             found = projection.query(statements.OWN, {**values, "packed": list(terms)})
         else:
             theirs = _BACKGROUND.submit(copy_context().run, beside.rows, statements.OWN,
