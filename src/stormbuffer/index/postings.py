@@ -44,6 +44,7 @@ from itertools import chain, compress, count
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import kept_chunks
+from .projection import set_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,19 +177,12 @@ def renew_triggers(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
     if _INSERT_TRIGGER in stored:
         conn.execute(f"DROP TRIGGER {_INSERT_TRIGGER}")
-        _set(conn, THROUGH, str(_last_chunk(conn)))
+        set_settings(conn, {THROUGH: str(_last_chunk(conn))})
 
 
 def _last_chunk(conn: sqlite3.Connection) -> int:
     """The highest chunk id there is (0 without chunks); every chunk inserted later has a higher one."""
     return int(conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0])
-
-
-def _set(conn: sqlite3.Connection, key: str, value: str) -> None:
-    conn.execute(
-        "INSERT INTO metadata(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (key, value),
-    )
 
 
 @cache
@@ -244,9 +238,9 @@ def apply_changes(conn: sqlite3.Connection) -> None:
         total += new.add_all(chain(_updated_texts(conn, updated), _new_texts(conn, through)))
         _merge(conn, new, dropped, removed.keys())
         chunks = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
-        _set(conn, STATS, json.dumps({"chunks": chunks, "terms": total}))
+        set_settings(conn, {STATS: json.dumps({"chunks": chunks, "terms": total})})
     if last > through:
-        _set(conn, THROUGH, str(last))
+        set_settings(conn, {THROUGH: str(last)})
     conn.execute("DELETE FROM lexical_changes")
 
 
