@@ -4,10 +4,14 @@
 A project store of 20 everyday notes is built and synced once (`large_records.build`). For each size
 and each of `--repeats` rounds: `add` of a pasted log of that size (through an editor that appends the
 body, the way a person pastes one), `edit` of it (the editor appends one line), and
-`forget --destroy --yes`; beside them, the floor: `cat` of the body into a copy (`copy_s`, a shell
-process reading and writing those bytes). Medians are reported, wall seconds and the child's CPU seconds (user +
-system: on a shared host it moves far less than wall time with the load), with each step's ratio
-to `sbuf --version` and the seconds each megabyte adds over the 10 KB record (`extra_s_per_mb`).
+`forget --destroy --yes`; beside them, two floors: `cat` of the body into a copy (`copy_s`, a shell
+process reading and writing those bytes), and the least a searchable store does with them (`fts_s`: a
+Python process that reads the body, writes a copy, and inserts it, cut at line breaks into rows of
+about 1,300 characters as the chunks are, into a new SQLite file with an FTS5 full-text index, in one
+committed transaction: SQLite's own word index, written in C). Medians are reported, wall seconds
+and the child's CPU seconds (user + system: on a shared host it moves far less than wall time with
+the load), with each step's ratio to `sbuf --version` and the seconds each megabyte adds over the
+10 KB record (`extra_s_per_mb`).
 
 With `--before DIR` (the root of another version's source, say `git archive main | tar -x -C DIR`)
 a second store is built and driven by that version (`PYTHONPATH=DIR/src`), and every round runs both,
@@ -40,7 +44,33 @@ from machine import machine  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "large_writes.json"
 SIZES = (10_000, 1_000_000, 5_000_000)
-STEPS = ("add_s", "edit_s", "forget_s", "copy_s", "add_cpu_s", "edit_cpu_s", "forget_cpu_s", "copy_cpu_s")
+STEPS = ("add_s", "edit_s", "forget_s", "copy_s", "fts_s", "add_cpu_s", "edit_cpu_s", "forget_cpu_s", "copy_cpu_s",
+         "fts_cpu_s")  # fmt: skip
+# The searchable floor: the body's bytes read, copied and indexed by SQLite FTS5 in a fresh process
+FTS_FLOOR = """
+import sqlite3, sys
+from pathlib import Path
+body = Path(sys.argv[1]).read_text(encoding="utf-8")
+Path(sys.argv[1] + ".copy").write_text(body, encoding="utf-8")
+rows, row, size = [], [], 0
+for line in body.splitlines(keepends=True):
+    row.append(line)
+    size += len(line)
+    if size >= 1300:
+        rows.append(("".join(row),))
+        row, size = [], 0
+rows.append(("".join(row),))
+database = Path(sys.argv[1] + ".sqlite3")
+database.unlink(missing_ok=True)
+conn = sqlite3.connect(database, isolation_level=None)
+conn.execute("PRAGMA journal_mode = WAL")
+conn.execute("PRAGMA synchronous = NORMAL")
+conn.execute("CREATE VIRTUAL TABLE chunks USING fts5(text)")
+conn.execute("BEGIN")
+conn.executemany("INSERT INTO chunks(text) VALUES (?)", rows)
+conn.execute("COMMIT")
+conn.close()
+"""
 
 
 def timed(args: list[str], project: Path, env: dict[str, str]) -> tuple[float, float, str]:
@@ -48,15 +78,15 @@ def timed(args: list[str], project: Path, env: dict[str, str]) -> tuple[float, f
     return children_cpu(lambda: run(args, project, env))
 
 
-def copied(body: Path) -> tuple[float, float, str]:
-    """Wall and CPU seconds of `cat body > copy` in a shell: reading and writing the bytes, nothing else."""
+def floor(args: list[str]) -> tuple[float, float, str]:
+    """Wall and CPU seconds of one floor's process (`cat`, or `FTS_FLOOR`)."""
 
-    def copy() -> tuple[float, str]:
+    def command() -> tuple[float, str]:
         started = time.perf_counter()
-        subprocess.run(["sh", "-c", 'cat "$0" > "$0.copy"', str(body)], check=True, timeout=60)
+        subprocess.run(args, check=True, timeout=60)
         return time.perf_counter() - started, ""
 
-    return children_cpu(copy)
+    return children_cpu(command)
 
 
 def children_cpu(step: Callable[[], tuple[float, str]]) -> tuple[float, float, str]:
@@ -70,15 +100,17 @@ def one_round(project: Path, env: dict[str, str], size: int, work: Path) -> dict
     """Wall and CPU seconds of one add, edit and forget of a record of `size` bytes."""
     body = work / "body.txt"
     body.write_text(log_body(size), encoding="utf-8")
-    copy_s, copy_cpu, _ = copied(body)
+    copy_s, copy_cpu, _ = floor(["sh", "-c", 'cat "$0" > "$0.copy"', str(body)])
+    fts_s, fts_cpu, _ = floor([sys.executable, "-c", FTS_FLOOR, str(body)])
     add = ["--project", "add", "--title", f"Pasted log {size}", "--body", "Log:", "--access", "agent"]
     add_s, add_cpu, out = timed(add, project, env)
     record_id = out.strip()
     body.write_text("One more line, added by an edit.\n", encoding="utf-8")
     edit_s, edit_cpu, _ = timed(["--project", "edit", record_id], project, env)
     forget_s, forget_cpu, _ = timed(["--project", "forget", record_id, "--destroy", "--yes"], project, env)
-    return {"add_s": add_s, "edit_s": edit_s, "forget_s": forget_s, "copy_s": copy_s, "add_cpu_s": add_cpu,
-            "edit_cpu_s": edit_cpu, "forget_cpu_s": forget_cpu, "copy_cpu_s": copy_cpu}  # fmt: skip
+    return {"add_s": add_s, "edit_s": edit_s, "forget_s": forget_s, "copy_s": copy_s, "fts_s": fts_s,
+            "add_cpu_s": add_cpu, "edit_cpu_s": edit_cpu, "forget_cpu_s": forget_cpu, "copy_cpu_s": copy_cpu,
+            "fts_cpu_s": fts_cpu}  # fmt: skip
 
 
 def main() -> None:
