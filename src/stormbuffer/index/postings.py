@@ -44,7 +44,7 @@ from itertools import chain, compress, count
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import kept_chunks
-from .projection import set_settings
+from .projection import get_setting, set_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -603,7 +603,7 @@ def _held(entries: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def problem(conn: sqlite3.Connection) -> str | None:
     """None when the postings and statistics are exactly those of the chunks, else a short reason."""
-    through = int(dict(conn.execute("SELECT key, value FROM metadata WHERE key = ?", (THROUGH,))).get(THROUGH, 0))
+    through = int(get_setting(conn, THROUGH) or 0)
     if conn.execute("SELECT count(*) FROM lexical_changes").fetchone()[0] or _last_chunk(conn) > through:
         return "unapplied changes"
     expected = _Accumulator()
